@@ -1,0 +1,279 @@
+-- fenceq for PostgreSQL, part 2: private helpers.
+--
+-- Validation helpers raise QF1xx codes with messages that name the parameter,
+-- never its value (CONTRACT §2). Every function in the schema is SECURITY
+-- DEFINER with a pinned search_path, so nothing on a caller's search_path can
+-- shadow what it uses, and grants can be added without touching bodies.
+
+-- _raise: raise a fenceq error. Inside submit_batch the element index being
+-- processed is kept in the transaction-local setting fenceq.batch_index and
+-- reported in DETAIL (an index, never content).
+CREATE OR REPLACE FUNCTION fenceq._raise(code text, message text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_index text := current_setting('fenceq.batch_index', true);
+BEGIN
+    IF v_index IS NULL OR v_index = '' THEN
+        RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message,
+        DETAIL = 'request index ' || v_index;
+END
+$$;
+COMMENT ON FUNCTION fenceq._raise(text, text) IS
+    'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
+
+-- _check_name: an id or name must be a non-empty string of at most
+-- max_length characters (CONTRACT §2). NULL passes only when nullable.
+CREATE OR REPLACE FUNCTION fenceq._check_name(
+    value text, what text, max_length integer DEFAULT 255,
+    nullable boolean DEFAULT false, code text DEFAULT 'QF102')
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_name.value IS NULL THEN
+        IF NOT _check_name.nullable THEN
+            PERFORM fenceq._raise(_check_name.code, _check_name.what || ' is required');
+        END IF;
+    ELSIF length(_check_name.value) NOT BETWEEN 1 AND _check_name.max_length THEN
+        PERFORM fenceq._raise(_check_name.code, format('%s must be 1 to %s characters',
+            _check_name.what, _check_name.max_length));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_name(text, text, integer, boolean, text) IS
+    'Private. Refuse (QF102 by default) a NULL, empty or over-long id or name.';
+
+-- _check_names: _check_name for every element of an array; the array itself
+-- must be non-NULL, non-empty and hold at most 10,000 elements (QF100).
+CREATE OR REPLACE FUNCTION fenceq._check_names(names text[], what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_names.names IS NULL OR cardinality(_check_names.names) = 0 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' must be a non-empty array');
+    END IF;
+    IF cardinality(_check_names.names) > 10000 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' may hold at most 10000 elements');
+    END IF;
+    IF array_ndims(_check_names.names) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_names.names) AS v(name)
+        WHERE v.name IS NULL OR length(v.name) NOT BETWEEN 1 AND 255)
+    THEN
+        PERFORM fenceq._raise('QF102', _check_names.what || ' must hold strings of 1 to 255 characters');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_names(text[], text) IS
+    'Private. Refuse a NULL, empty or oversized array (QF100) or a bad element (QF102).';
+
+-- _check_fence: the four fence parts must be well formed (QF106). Whether the
+-- fence is live is decided later, under the row lock.
+CREATE OR REPLACE FUNCTION fenceq._check_fence(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_fence.job_id IS NULL OR length(_check_fence.job_id) NOT BETWEEN 1 AND 36
+       OR _check_fence.owner_id IS NULL OR length(_check_fence.owner_id) NOT BETWEEN 1 AND 255
+       OR _check_fence.claim_token IS NULL OR length(_check_fence.claim_token) NOT BETWEEN 1 AND 255
+       OR _check_fence.generation IS NULL OR _check_fence.generation < 1
+    THEN
+        PERFORM fenceq._raise('QF106', 'the fence is malformed');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_fence(text, text, bigint, text) IS
+    'Private. Refuse (QF106) a fence with an empty or over-long part or a generation below 1.';
+
+-- _check_interval: a duration must be positive (or >= 0 when allow_zero) and
+-- have no month or day part, so no daylight-saving arithmetic applies.
+CREATE OR REPLACE FUNCTION fenceq._check_interval(
+    value interval, what text, allow_zero boolean DEFAULT false, nullable boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_interval.value IS NULL THEN
+        IF NOT _check_interval.nullable THEN
+            PERFORM fenceq._raise('QF105', _check_interval.what || ' is required');
+        END IF;
+        RETURN;
+    END IF;
+    IF date_part('year', _check_interval.value) <> 0
+       OR date_part('month', _check_interval.value) <> 0
+       OR date_part('day', _check_interval.value) <> 0 THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' must not have month or day parts');
+    END IF;
+    IF _check_interval.value < interval '0'
+       OR (_check_interval.value = interval '0' AND NOT _check_interval.allow_zero) THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what
+            || CASE WHEN _check_interval.allow_zero THEN ' must not be negative' ELSE ' must be positive' END);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_interval(interval, text, boolean, boolean) IS
+    'Private. Refuse (QF105) a negative or zero interval, or one with month or day parts.';
+
+-- _check_time: timestamps must be finite and within years 0001-9999 UTC.
+CREATE OR REPLACE FUNCTION fenceq._check_time(value timestamptz, what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_time.value IS NOT NULL AND (
+        _check_time.value < timestamptz '0001-01-01 00:00:00+00'
+        OR _check_time.value >= timestamptz '10000-01-01 00:00:00+00') THEN
+        PERFORM fenceq._raise('QF105', _check_time.what || ' must be within years 0001-9999 UTC');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
+    'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
+
+-- _canonical_json: the canonical JSON text of a jsonb value (CONTRACT §4):
+-- keys sorted by code point (COLLATE "C" on UTF-8 bytes), no spaces, strings
+-- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
+CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT CASE jsonb_typeof(_canonical_json.value)
+        WHEN 'object' THEN '{' || coalesce((
+            SELECT string_agg(to_json(e.key)::text || ':' || fenceq._canonical_json(e.value),
+                              ',' ORDER BY e.key COLLATE "C")
+            FROM jsonb_each(_canonical_json.value) AS e), '') || '}'
+        WHEN 'array' THEN '[' || coalesce((
+            SELECT string_agg(fenceq._canonical_json(a.value), ',' ORDER BY a.ordinality)
+            FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']'
+        ELSE coalesce(_canonical_json.value::text, 'null')
+    END
+$$;
+COMMENT ON FUNCTION fenceq._canonical_json(jsonb) IS
+    'Private. Canonical JSON text (sorted keys by code point, compact separators) used for fingerprints and size limits.';
+
+-- _check_json: finite JSON (jsonb already refuses NaN, Infinity and \u0000)
+-- of at most 1 MiB of UTF-8 in canonical form. jsonb's own text is never
+-- shorter than the canonical form, so it is a cheap first test.
+CREATE OR REPLACE FUNCTION fenceq._check_json(value jsonb, what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_json.value IS NOT NULL
+       AND octet_length(_check_json.value::text) > 1048576
+       AND octet_length(fenceq._canonical_json(_check_json.value)) > 1048576 THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' exceeds 1 MiB in canonical form');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
+    'Private. Refuse (QF103) JSON larger than 1 MiB in canonical form.';
+
+-- _utc_text: a timestamp as UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ', or NULL.
+CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
+    'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
+
+-- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
+-- parameter as authored (CONTRACT §4). NULLs stay null.
+CREATE OR REPLACE FUNCTION fenceq._fingerprint(
+    queue text, task text, payload jsonb, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT 'fq1:' || encode(sha256(convert_to(
+        '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
+        || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
+        || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
+        || ',"job_id":' || coalesce(to_json(_fingerprint.job_id)::text, 'null')
+        || ',"max_attempts":' || coalesce(_fingerprint.max_attempts::text, 'null')
+        || ',"payload":' || fenceq._canonical_json(_fingerprint.payload)
+        || ',"priority":' || coalesce(_fingerprint.priority::text, 'null')
+        || ',"queue":' || to_json(_fingerprint.queue)::text
+        || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
+        || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
+        || ',"task":' || to_json(_fingerprint.task)::text
+        || ',"v":1}', 'UTF8')), 'hex')
+$$;
+COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+
+-- _backoff: LEAST(base * factor^(attempt-1), max), computed in logarithms
+-- first so that a large attempt count can never overflow.
+CREATE OR REPLACE FUNCTION fenceq._backoff(
+    attempt integer, base interval, factor double precision, max interval)
+RETURNS interval
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_base double precision := extract(epoch FROM _backoff.base);
+    v_max  double precision := extract(epoch FROM _backoff.max);
+    v_exponent integer := greatest(_backoff.attempt - 1, 0);
+BEGIN
+    IF v_base <= 0 THEN
+        RETURN interval '0';
+    END IF;
+    IF ln(v_base) + v_exponent * ln(_backoff.factor) >= ln(v_max) THEN
+        RETURN _backoff.max;
+    END IF;
+    RETURN make_interval(secs => v_base * power(_backoff.factor, v_exponent));
+END
+$$;
+COMMENT ON FUNCTION fenceq._backoff(integer, interval, double precision, interval) IS
+    'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
+
+-- _notify_jobs: a fenceq_jobs hint that work became due in a queue, when the
+-- queue notifies (a notifying commit takes a cluster-wide lock: §11).
+CREATE OR REPLACE FUNCTION fenceq._notify_jobs(queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = _notify_jobs.queue AND q.notify) THEN
+        PERFORM pg_notify('fenceq_jobs', _notify_jobs.queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._notify_jobs(text) IS
+    'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';

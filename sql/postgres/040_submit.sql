@@ -1,0 +1,332 @@
+-- fenceq for PostgreSQL, part 4: producers (submit, submit_batch).
+
+-- _submit: the body of submit, shared by submit_batch.
+--
+-- Order of work, and why:
+--  1. validate everything (QF1xx) and read the queue (QF101);
+--  2. exact replay of a retained submission identity returns the original
+--     job id; changed content raises QF201 before anything changes;
+--  3. an explicit job id reserved by another job, live or purged: QF203;
+--  4. the submission identity is reserved *before* any predecessor is
+--     touched: a concurrent identical request waits on that row, then
+--     replays, so retrying an old force request never cancels a successor;
+--  5. the job is inserted with ON CONFLICT DO NOTHING; on a conflict the
+--     active-key holder is locked, and with force cancelled (its fence dies),
+--     then the insert is tried again. No raw unique violation escapes.
+CREATE OR REPLACE FUNCTION fenceq._submit(
+    queue text, task text, payload jsonb, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_payload jsonb := CASE WHEN jsonb_typeof(_submit.payload) = 'null' THEN NULL ELSE _submit.payload END;
+    v_force boolean := coalesce(_submit.force, false);
+    v_fingerprint text;
+    v_existing fenceq._submissions;
+    v_job_id text;
+    v_now timestamptz;
+    v_run_at timestamptz;
+    v_holder text;
+    v_round integer := 0;
+BEGIN
+    PERFORM fenceq._check_name(_submit.queue, 'queue');
+    PERFORM fenceq._check_name(_submit.task, 'task');
+    PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
+    PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
+    PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+    IF _submit.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    PERFORM fenceq._check_time(_submit.run_at, 'run_at');
+    PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
+    PERFORM fenceq._check_json(v_payload, 'payload');
+
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    IF _submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
+            _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force);
+        SELECT * INTO v_existing FROM fenceq._submissions AS s
+         WHERE s.submission_id = _submit.submission_id;
+        IF FOUND THEN
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    IF _submit.job_id IS NOT NULL AND (
+        EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = _submit.job_id)
+        OR EXISTS (SELECT 1 FROM fenceq._submissions AS s WHERE s.job_id = _submit.job_id)) THEN
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    v_job_id := coalesce(_submit.job_id, gen_random_uuid()::text);
+    v_now := clock_timestamp();
+
+    IF _submit.submission_id IS NOT NULL THEN
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        VALUES (_submit.submission_id, v_fingerprint, v_job_id, _submit.queue, v_now)
+        ON CONFLICT (submission_id) DO NOTHING;
+        IF NOT FOUND THEN
+            -- The same identity committed concurrently: replay or conflict.
+            SELECT * INTO v_existing FROM fenceq._submissions AS s
+             WHERE s.submission_id = _submit.submission_id;
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    v_run_at := coalesce(_submit.run_at, v_now);
+    LOOP
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload,
+            coalesce(_submit.priority, 0), coalesce(_submit.max_attempts, v_queue.max_attempts),
+            v_run_at, _submit.expires_at, _submit.submission_id, v_fingerprint,
+            _submit.active_key, v_now)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = v_job_id) THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');
+        END IF;
+        v_round := v_round + 1;
+        IF v_round > 100 THEN
+            PERFORM fenceq._raise('QF202', 'the active key stayed busy');
+        END IF;
+        SELECT j.job_id INTO v_holder FROM fenceq._jobs AS j
+         WHERE j.queue = _submit.queue AND j.active_key = _submit.active_key
+           AND j.status IN ('pending', 'claimed')
+         FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- the holder finished meanwhile: try again
+        IF NOT v_force THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+        UPDATE fenceq._jobs AS j
+           SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = v_holder;
+        PERFORM pg_notify('fenceq_control', v_holder);
+    END LOOP;
+
+    IF v_run_at <= v_now AND v_queue.notify THEN
+        PERFORM pg_notify('fenceq_jobs', _submit.queue);
+    END IF;
+    RETURN v_job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Private. The body of submit, shared with submit_batch.';
+
+-- submit: enqueue one job and return its id.
+-- Locking: inserts; with an active key held by another active job and force,
+-- locks and cancels that predecessor. Idempotent under submission_id: an
+-- exact replay returns the original job id (also after the job finished or
+-- was purged); a changed request raises QF201; a busy active key QF202; a
+-- taken explicit job id QF203.
+CREATE OR REPLACE FUNCTION fenceq.submit(
+    queue text,
+    task text,
+    payload jsonb DEFAULT NULL,
+    submission_id text DEFAULT NULL,
+    job_id text DEFAULT NULL,
+    priority integer DEFAULT NULL,
+    run_at timestamptz DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    active_key text DEFAULT NULL,
+    force boolean DEFAULT false)
+RETURNS text
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+        submit.job_id, submit.priority, submit.run_at, submit.expires_at,
+        submit.max_attempts, submit.active_key, submit.force)
+$$;
+COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
+
+-- _json_text / _json_int / _json_time / _json_bool: read one submit_batch
+-- field, refusing a value of the wrong JSON type. JSON null means NULL.
+CREATE OR REPLACE FUNCTION fenceq._json_text(value jsonb, what text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_text.value IS NULL OR jsonb_typeof(_json_text.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text.value) <> 'string' THEN
+        PERFORM fenceq._raise('QF102', _json_text.what || ' must be a string');
+    END IF;
+    RETURN _json_text.value #>> '{}';
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_text(jsonb, text) IS
+    'Private. A JSON string field as text (NULL for null); QF102 for another type.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_int(value jsonb, what text)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_number numeric;
+BEGIN
+    IF _json_int.value IS NULL OR jsonb_typeof(_json_int.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_int.value) <> 'number' THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be an integer');
+    END IF;
+    v_number := (_json_int.value #>> '{}')::numeric;
+    IF v_number <> trunc(v_number) OR v_number NOT BETWEEN -2147483648 AND 2147483647 THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be a 32-bit integer');
+    END IF;
+    RETURN v_number::integer;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_int(jsonb, text) IS
+    'Private. A JSON integer field within 32 bits (NULL for null); QF104 otherwise.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_time(value jsonb, what text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_parts text[];
+    v_year integer;
+    v_month integer;
+    v_result timestamptz;
+BEGIN
+    IF _json_time.value IS NULL OR jsonb_typeof(_json_time.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    -- ISO 8601 with an explicit offset; each field is range-checked before
+    -- the cast so that a bad date is QF105, never a raw 22008.
+    IF jsonb_typeof(_json_time.value) = 'string' THEN
+        v_parts := regexp_match(_json_time.value #>> '{}',
+            '^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?(?:Z|z|[+-](\d{2})(?::?(\d{2}))?)$');
+    END IF;
+    IF v_parts IS NULL THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' must be an ISO 8601 timestamp with an offset');
+    END IF;
+    v_year := v_parts[1]::integer;
+    v_month := v_parts[2]::integer;
+    IF v_year < 1 OR v_month NOT BETWEEN 1 AND 12
+       OR v_parts[3]::integer NOT BETWEEN 1 AND extract(day FROM
+            make_date(v_year, v_month, 1) + interval '1 month' - interval '1 day')
+       OR v_parts[4]::integer > 23 OR v_parts[5]::integer > 59
+       OR coalesce(v_parts[6]::integer, 0) > 59
+       OR coalesce(v_parts[7]::integer, 0) > 15 OR coalesce(v_parts[8]::integer, 0) > 59 THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' is not a valid timestamp');
+    END IF;
+    v_result := (_json_time.value #>> '{}')::timestamptz;
+    PERFORM fenceq._check_time(v_result, _json_time.what);
+    RETURN v_result;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_time(jsonb, text) IS
+    'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_bool(value jsonb, what text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_bool.value IS NULL OR jsonb_typeof(_json_bool.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_bool.value) <> 'boolean' THEN
+        PERFORM fenceq._raise('QF100', _json_bool.what || ' must be a boolean');
+    END IF;
+    RETURN (_json_bool.value #>> '{}')::boolean;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_bool(jsonb, text) IS
+    'Private. A JSON boolean field (NULL for null); QF100 for another type.';
+
+-- submit_batch: many submissions in one call and one transaction, all or
+-- nothing. requests is a JSON array of objects keyed by submit's parameter
+-- names (except queue). Job ids come back in input order. A failure names
+-- the element's index (from 0) in DETAIL, never its content.
+-- Locking and idempotency: as submit, per element, in input order.
+CREATE OR REPLACE FUNCTION fenceq.submit_batch(queue text, requests jsonb)
+RETURNS text[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[] := '{}';
+    v_request jsonb;
+    v_index bigint;
+BEGIN
+    PERFORM fenceq._check_name(submit_batch.queue, 'queue');
+    IF submit_batch.requests IS NULL OR jsonb_typeof(submit_batch.requests) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', 'requests must be a JSON array');
+    END IF;
+    IF jsonb_array_length(submit_batch.requests) > 10000 THEN
+        PERFORM fenceq._raise('QF100', 'requests may hold at most 10000 elements');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = submit_batch.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    FOR v_request, v_index IN
+        SELECT r.value, r.ordinality - 1
+          FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
+    LOOP
+        PERFORM set_config('fenceq.batch_index', v_index::text, true);
+        IF jsonb_typeof(v_request) <> 'object' THEN
+            PERFORM fenceq._raise('QF100', 'each request must be a JSON object');
+        END IF;
+        IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
+                    WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force')) THEN
+            PERFORM fenceq._raise('QF100', 'a request has an unknown key');
+        END IF;
+        v_ids := v_ids || fenceq._submit(
+            submit_batch.queue,
+            fenceq._json_text(v_request -> 'task', 'task'),
+            v_request -> 'payload',
+            fenceq._json_text(v_request -> 'submission_id', 'submission_id'),
+            fenceq._json_text(v_request -> 'job_id', 'job_id'),
+            fenceq._json_int(v_request -> 'priority', 'priority'),
+            fenceq._json_time(v_request -> 'run_at', 'run_at'),
+            fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
+            fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
+            fenceq._json_text(v_request -> 'active_key', 'active_key'),
+            fenceq._json_bool(v_request -> 'force', 'force'));
+    END LOOP;
+    PERFORM set_config('fenceq.batch_index', '', true);
+    RETURN v_ids;
+END
+$$;
+COMMENT ON FUNCTION fenceq.submit_batch(text, jsonb) IS
+    'Submit a JSON array of requests (keys: submit''s parameters but queue) all or nothing; returns job ids in input order. Errors carry the element index in DETAIL.';

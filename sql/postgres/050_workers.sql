@@ -1,0 +1,710 @@
+-- fenceq for PostgreSQL, part 5: workers (claims and fenced writes).
+--
+-- A fenced write locks the job row by primary key, then reads
+-- clock_timestamp(): the lease is judged on a reading taken after the lock is
+-- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
+
+-- _is_live: whether a locked job row is the live claim of this fence at now.
+CREATE OR REPLACE FUNCTION fenceq._is_live(
+    job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamptz)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT coalesce((_is_live.job).status = 'claimed'
+        AND (_is_live.job).owner_id = _is_live.owner_id
+        AND (_is_live.job).generation = _is_live.generation
+        AND (_is_live.job).claim_token = _is_live.claim_token
+        AND (_is_live.job).lease_expires_at > _is_live.now, false)
+$$;
+COMMENT ON FUNCTION fenceq._is_live(fenceq._jobs, text, bigint, text, timestamptz) IS
+    'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+
+-- _checkpoints_of: the recorded checkpoints of a job as a jsonb object.
+CREATE OR REPLACE FUNCTION fenceq._checkpoints_of(job_id text)
+RETURNS jsonb
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT coalesce(jsonb_object_agg(c.step, c.value), '{}'::jsonb)
+      FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id
+$$;
+COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
+    'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
+
+-- _claim: the body of claim_next and claim_batch: claim up to one job per
+-- token, across queues, in priority / run_at / submission order.
+-- Locking: per queue, the head pending rows FOR UPDATE SKIP LOCKED (only job
+-- rows; the queue rows are read without locks), so concurrent claimers never
+-- wait on each other and never get the same job.
+CREATE OR REPLACE FUNCTION fenceq._claim(
+    queues text[], owner_id text, claim_tokens text[], lease interval, budget interval)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(_claim.claim_tokens);
+    v_active text[];
+    v_candidate record;
+    v_index integer := 0;
+    v_token text;
+    v_now timestamptz;
+    v_lease interval;
+    v_claimed fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_names(_claim.queues, 'queues');
+    PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
+    PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
+    PERFORM fenceq._check_interval(_claim.lease, 'lease');
+    PERFORM fenceq._check_interval(_claim.budget, 'budget');
+
+    IF (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count
+       OR EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY (_claim.claim_tokens)) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+
+    SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+      INTO v_active, v_index
+      FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
+    IF v_index <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_active IS NULL THEN
+        RETURN;
+    END IF;
+
+    v_now := clock_timestamp();
+    v_index := 0;
+    FOR v_candidate IN
+        SELECT c.job_id, c.generation, qs.lease AS queue_lease
+          FROM unnest(v_active) AS a(name)
+          JOIN fenceq._queues AS qs ON qs.queue = a.name
+         CROSS JOIN LATERAL (
+            SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+              FROM fenceq._jobs AS j
+             WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT v_count
+               FOR UPDATE OF j SKIP LOCKED) AS c
+         ORDER BY c.priority DESC, c.run_at, c.seq
+         LIMIT v_count
+    LOOP
+        v_index := v_index + 1;
+        v_token := _claim.claim_tokens[v_index];
+        v_lease := coalesce(_claim.lease, v_candidate.queue_lease);
+        IF v_candidate.generation = 9223372036854775807 THEN
+            PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+        END IF;
+        -- Time is read after the row lock is held.
+        v_now := clock_timestamp();
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = _claim.owner_id,
+               claim_token = v_token,
+               lease = v_lease,
+               lease_expires_at = least(v_now + v_lease, v_now + _claim.budget),
+               budget_expires_at = v_now + _claim.budget,
+               cancel_requested = false,
+               pid = NULL
+         WHERE j.job_id = v_candidate.job_id
+        RETURNING j.* INTO v_claimed;
+        -- Storage must keep exactly what was sent (a trigger or coercion
+        -- that changes it rolls the whole claim back).
+        IF v_claimed.owner_id IS DISTINCT FROM _claim.owner_id
+           OR v_claimed.claim_token IS DISTINCT FROM v_token
+           OR v_claimed.generation IS DISTINCT FROM v_candidate.generation + 1 THEN
+            PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+        END IF;
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        VALUES (v_token, v_claimed.job_id, v_claimed.generation, _claim.owner_id, v_now)
+        ON CONFLICT (claim_token) DO NOTHING;
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN NEXT ROW(v_claimed.job_id, v_claimed.queue, v_claimed.task, v_claimed.payload,
+            v_claimed.priority, v_claimed.attempts, v_claimed.max_attempts, v_claimed.owner_id,
+            v_claimed.generation, v_claimed.claim_token, v_claimed.lease_expires_at,
+            v_claimed.budget_expires_at, v_claimed.cancel_requested, v_claimed.submission_id,
+            fenceq._checkpoints_of(v_claimed.job_id))::fenceq.claim;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
+    'Private. The body of claim_next and claim_batch.';
+
+-- claim_next: claim the next eligible job across queues.
+-- Locking: SKIP LOCKED on job rows only; callers never block each other.
+-- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
+-- used one); after an uncertain answer call recover_claim with the same token.
+-- Zero rows: nothing eligible (or every named queue is paused).
+CREATE OR REPLACE FUNCTION fenceq.claim_next(
+    queues text[], owner_id text, claim_token text,
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget)
+$$;
+COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
+    'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
+
+-- claim_batch: claim up to one job per token (tokens used in array order).
+-- A repeated or already used token raises QF301 before anything is claimed.
+CREATE OR REPLACE FUNCTION fenceq.claim_batch(
+    queues text[], owner_id text, claim_tokens text[],
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
+        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget)
+$$;
+COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS
+    'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
+
+-- recover_claim: the live claim this exact owner made with this nonce, or no
+-- row. Read-only: it neither claims again nor renews.
+CREATE OR REPLACE FUNCTION fenceq.recover_claim(owner_id text, claim_token text)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_name(recover_claim.owner_id, 'owner_id');
+    PERFORM fenceq._check_name(recover_claim.claim_token, 'claim_token');
+    SELECT j.* INTO v_job
+      FROM fenceq._claims AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id
+     WHERE c.claim_token = recover_claim.claim_token;
+    IF fenceq._is_live(v_job, recover_claim.owner_id, v_job.generation,
+                       recover_claim.claim_token, clock_timestamp()) THEN
+        RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority,
+            v_job.attempts, v_job.max_attempts, v_job.owner_id, v_job.generation,
+            v_job.claim_token, v_job.lease_expires_at, v_job.budget_expires_at,
+            v_job.cancel_requested, v_job.submission_id,
+            fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
+    'The live claim made by this exact owner and claim token, or no row. Does not claim again and does not renew the lease.';
+
+-- heartbeat: renew a live claim to LEAST(now + lease, budget_expires_at).
+-- True while the claim is live (also when the budget clamps the renewal);
+-- false once the lease or budget ran out or the fence is stale.
+CREATE OR REPLACE FUNCTION fenceq.heartbeat(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
+    PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token, v_now) THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+     WHERE j.job_id = heartbeat.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat(text, text, bigint, text, interval) IS
+    'Renew a live claim to LEAST(now + lease, budget). True while live; false when stale, expired or past its budget.';
+
+-- _check_batch: the fence arrays of a batch call must have equal lengths
+-- (QF100), at most 10,000 elements, and well-formed fences (QF106).
+CREATE OR REPLACE FUNCTION fenceq._check_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_count integer := coalesce(cardinality(_check_batch.job_ids), -1);
+BEGIN
+    IF v_count < 0 OR v_count > 10000
+       OR coalesce(cardinality(_check_batch.owner_ids), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.generations), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.claim_tokens), -1) <> v_count THEN
+        PERFORM fenceq._raise('QF100', 'fence arrays must be non-NULL, of equal length, with at most 10000 elements');
+    END IF;
+    IF v_count > 0 AND (array_ndims(_check_batch.job_ids) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_batch.job_ids, _check_batch.owner_ids,
+                             _check_batch.generations, _check_batch.claim_tokens) AS f(j, o, g, t)
+         WHERE f.j IS NULL OR length(f.j) NOT BETWEEN 1 AND 36
+            OR f.o IS NULL OR length(f.o) NOT BETWEEN 1 AND 255
+            OR f.t IS NULL OR length(f.t) NOT BETWEEN 1 AND 255
+            OR f.g IS NULL OR f.g < 1)) THEN
+        PERFORM fenceq._raise('QF106', 'a fence is malformed');
+    END IF;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_batch(text[], text[], bigint[], text[]) IS
+    'Private. Validate the fence arrays of a batch call; returns their length.';
+
+-- heartbeat_batch: heartbeat for many fences in one transaction. Element i
+-- answers as heartbeat would for fence i. Rows are locked in job id order,
+-- so two batches never deadlock.
+CREATE OR REPLACE FUNCTION fenceq.heartbeat_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    lease interval DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_answers boolean[];
+    v_fence record;
+BEGIN
+    v_answers := array_fill(NULL::boolean, ARRAY[fenceq._check_batch(heartbeat_batch.job_ids,
+        heartbeat_batch.owner_ids, heartbeat_batch.generations, heartbeat_batch.claim_tokens)]);
+    PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
+    FOR v_fence IN
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                      heartbeat_batch.generations, heartbeat_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)
+         ORDER BY f.j COLLATE "C", f.i
+    LOOP
+        v_answers[v_fence.i] := fenceq.heartbeat(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
+                                                 heartbeat_batch.lease);
+    END LOOP;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], interval) IS
+    'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+-- complete: record success for a live, not cancel-requested claim.
+-- True once; false for a stale, expired, terminal or cancel-requested fence.
+CREATE OR REPLACE FUNCTION fenceq.complete(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
+    PERFORM fenceq._check_json(complete.result, 'result');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, complete.owner_id, complete.generation, complete.claim_token, v_now)
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'completed', result = complete.result, finished_at = v_now
+     WHERE j.job_id = complete.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete(text, text, bigint, text, jsonb) IS
+    'Complete a live claim with an optional JSON result. True once; false when stale, expired, terminal or cancel-requested.';
+
+-- complete_batch: complete many fences in one transaction, rows locked in job
+-- id order. Element i answers as complete would for fence i.
+CREATE OR REPLACE FUNCTION fenceq.complete_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    results jsonb[] DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_answers boolean[];
+    v_fence record;
+BEGIN
+    v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
+        complete_batch.generations, complete_batch.claim_tokens);
+    IF complete_batch.results IS NOT NULL AND cardinality(complete_batch.results) <> v_count THEN
+        PERFORM fenceq._raise('QF100', 'results must have one element per fence');
+    END IF;
+    v_answers := array_fill(NULL::boolean, ARRAY[v_count]);
+    FOR v_fence IN
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                      complete_batch.generations, complete_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)
+         ORDER BY f.j COLLATE "C", f.i
+    LOOP
+        v_answers[v_fence.i] := fenceq.complete(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
+                                                complete_batch.results[v_fence.i]);
+    END LOOP;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete_batch(text[], text[], bigint[], text[], jsonb[]) IS
+    'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
+
+-- _dead_letter: write a dead letter for a job that just failed for good,
+-- in the caller's transaction; returns its id.
+CREATE OR REPLACE FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_dlq_id text := replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    INSERT INTO fenceq._dead_letters (dlq_id, job_id, queue, task, error, attempts, failed_at)
+    VALUES (v_dlq_id, (_dead_letter.job).job_id, (_dead_letter.job).queue, (_dead_letter.job).task,
+            _dead_letter.error, (_dead_letter.job).attempts, _dead_letter.now);
+    RETURN v_dlq_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq._dead_letter(fenceq._jobs, text, timestamptz) IS
+    'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
+
+-- _retry_or_fail: the outcome of a failed attempt (fail, and reap of an
+-- expired lease): back to pending with backoff while attempts remain and
+-- retry is asked, else 'failed' with a dead letter when the queue keeps them.
+-- The caller holds the row lock. Returns the new status.
+CREATE OR REPLACE FUNCTION fenceq._retry_or_fail(
+    job fenceq._jobs, error text, retry boolean, retry_at timestamptz, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_error text := left(_retry_or_fail.error, 65536);
+    v_run_at timestamptz;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
+    IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
+        v_run_at := coalesce(_retry_or_fail.retry_at, _retry_or_fail.now + fenceq._backoff(
+            (_retry_or_fail.job).attempts, v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max));
+        UPDATE fenceq._jobs AS j
+           SET status = 'pending', run_at = v_run_at, last_error = v_error,
+               owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+               budget_expires_at = NULL, pid = NULL
+         WHERE j.job_id = (_retry_or_fail.job).job_id;
+        IF v_run_at <= _retry_or_fail.now AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', v_queue.queue);
+        END IF;
+        RETURN 'pending';
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'failed', last_error = v_error, finished_at = _retry_or_fail.now,
+           dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
+                         THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
+     WHERE j.job_id = (_retry_or_fail.job).job_id;
+    RETURN 'failed';
+END
+$$;
+COMMENT ON FUNCTION fenceq._retry_or_fail(fenceq._jobs, text, boolean, timestamptz, timestamptz) IS
+    'Private. Requeue a failed attempt with backoff, or fail it for good (with a dead letter when the queue keeps them).';
+
+-- fail: record a failed attempt of a live, not cancel-requested claim.
+-- With retry and attempts left: pending at retry_at or now + backoff;
+-- otherwise failed, with the dead letter written in the same transaction.
+-- True once; false for a stale, expired, terminal or cancel-requested fence.
+CREATE OR REPLACE FUNCTION fenceq.fail(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    error text, retry boolean DEFAULT true, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
+    IF fail.error IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'error is required');
+    END IF;
+    IF fail.retry IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'retry is required');
+    END IF;
+    PERFORM fenceq._check_time(fail.retry_at, 'retry_at');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = fail.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, fail.owner_id, fail.generation, fail.claim_token, v_now)
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._retry_or_fail(v_job, fail.error, fail.retry, fail.retry_at, v_now);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.fail(text, text, bigint, text, text, boolean, timestamptz) IS
+    'Fail a live claim: retried with backoff (or at retry_at) while attempts remain, else failed with a dead letter. True once; false when stale, expired, terminal or cancel-requested.';
+
+-- release: hand a live claim back to pending without spending an attempt
+-- (graceful shutdown, snooze). False for a cancel-requested claim.
+CREATE OR REPLACE FUNCTION fenceq.release(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    run_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_run_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(release.job_id, release.owner_id, release.generation, release.claim_token);
+    PERFORM fenceq._check_time(release.run_at, 'run_at');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = release.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, release.owner_id, release.generation, release.claim_token, v_now)
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    v_run_at := coalesce(release.run_at, v_now);
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL
+     WHERE j.job_id = release.job_id;
+    IF v_run_at <= v_now THEN
+        PERFORM fenceq._notify_jobs(v_job.queue);
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.release(text, text, bigint, text, timestamptz) IS
+    'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+-- checkpoint: record a step's value once per job under a live fence, and
+-- renew the lease as heartbeat would. Returns what is recorded: the earlier
+-- value when the step was already recorded (by this or an earlier claim).
+-- Without a live fence it records nothing and returns SQL NULL.
+CREATE OR REPLACE FUNCTION fenceq.checkpoint(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    step text, value jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_recorded jsonb;
+BEGIN
+    PERFORM fenceq._check_fence(checkpoint.job_id, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token);
+    PERFORM fenceq._check_name(checkpoint.step, 'step');
+    IF checkpoint.value IS NULL OR jsonb_typeof(checkpoint.value) = 'null' THEN
+        PERFORM fenceq._raise('QF103', 'a checkpoint value may not be null');
+    END IF;
+    PERFORM fenceq._check_json(checkpoint.value, 'value');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = checkpoint.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token, v_now) THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.value INTO v_recorded FROM fenceq._checkpoints AS c
+     WHERE c.job_id = checkpoint.job_id AND c.step = checkpoint.step;
+    IF v_recorded IS NULL THEN
+        IF (SELECT count(*) FROM fenceq._checkpoints AS c WHERE c.job_id = checkpoint.job_id) >= 10000 THEN
+            PERFORM fenceq._raise('QF100', 'a job may hold at most 10000 checkpoints');
+        END IF;
+        -- The row lock on the job serialises writers of its checkpoints.
+        INSERT INTO fenceq._checkpoints AS c (job_id, step, value, generation, recorded_at)
+        VALUES (checkpoint.job_id, checkpoint.step, checkpoint.value, checkpoint.generation, v_now);
+        v_recorded := checkpoint.value;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + j.lease, j.budget_expires_at)
+     WHERE j.job_id = checkpoint.job_id;
+    RETURN v_recorded;
+END
+$$;
+COMMENT ON FUNCTION fenceq.checkpoint(text, text, bigint, text, text, jsonb) IS
+    'Record a step value once per job under a live fence and renew the lease; returns the recorded value (the earlier one if already recorded), or NULL without a live fence.';
+
+-- set_pid: record the OS process id working a live, not cancel-requested claim.
+CREATE OR REPLACE FUNCTION fenceq.set_pid(
+    job_id text, owner_id text, generation bigint, claim_token text, pid integer)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(set_pid.job_id, set_pid.owner_id, set_pid.generation, set_pid.claim_token);
+    IF set_pid.pid IS NULL OR set_pid.pid < 1 THEN
+        PERFORM fenceq._raise('QF104', 'pid must be a positive integer');
+    END IF;
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = set_pid.job_id FOR UPDATE;
+    IF NOT fenceq._is_live(v_job, set_pid.owner_id, set_pid.generation, set_pid.claim_token, clock_timestamp())
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j SET pid = set_pid.pid WHERE j.job_id = set_pid.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_pid(text, text, bigint, text, integer) IS
+    'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
+
+-- claim_state: (cancel_requested, pid) of a live claim; no row when the
+-- fence is not the live owner. A snapshot read without locks: not authority.
+CREATE OR REPLACE FUNCTION fenceq.claim_state(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS TABLE(cancel_requested boolean, pid integer)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(claim_state.job_id, claim_state.owner_id, claim_state.generation, claim_state.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = claim_state.job_id;
+    IF fenceq._is_live(v_job, claim_state.owner_id, claim_state.generation, claim_state.claim_token, clock_timestamp()) THEN
+        RETURN QUERY SELECT v_job.cancel_requested, v_job.pid;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_state(text, text, bigint, text) IS
+    'Snapshot (cancel_requested, pid) of a live claim; no row when the fence is not the live owner.';
+
+-- acknowledge_cancel: the worker confirms a requested cancellation: the job
+-- becomes cancelled, its lease and pid are cleared and its active key freed.
+-- Needs the live fence and a pending cancel request.
+CREATE OR REPLACE FUNCTION fenceq.acknowledge_cancel(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
+        acknowledge_cancel.generation, acknowledge_cancel.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = acknowledge_cancel.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, acknowledge_cancel.owner_id, acknowledge_cancel.generation,
+                           acknowledge_cancel.claim_token, v_now)
+       OR NOT v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
+     WHERE j.job_id = acknowledge_cancel.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.acknowledge_cancel(text, text, bigint, text) IS
+    'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
+
+-- reap: settle expired claims and overdue pending jobs, oldest first, at most
+-- max_rows in all. Expired claims: cancel-requested -> cancelled; attempts
+-- left -> pending (error 'lease_expired', with backoff); none left -> failed
+-- (+ dead letter). Overdue pending jobs -> expired.
+-- Locking: FOR UPDATE SKIP LOCKED, and each row re-judged on a clock read
+-- after its lock, so reapers running anywhere never count a row twice.
+CREATE OR REPLACE FUNCTION fenceq.reap(max_rows integer DEFAULT 1000)
+RETURNS TABLE(requeued integer, failed integer, cancelled integer, expired integer)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_left integer := reap.max_rows;
+BEGIN
+    IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    requeued := 0; failed := 0; cancelled := 0; expired := 0;
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.status = 'claimed' AND j.lease_expires_at <= clock_timestamp()
+         ORDER BY j.lease_expires_at
+         LIMIT v_left
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
+        v_left := v_left - 1;
+        IF v_job.cancel_requested THEN
+            UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
+             WHERE j.job_id = v_job.job_id;
+            cancelled := cancelled + 1;
+        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
+            requeued := requeued + 1;
+        ELSE
+            failed := failed + 1;
+        END IF;
+    END LOOP;
+    IF v_left > 0 THEN
+        WITH overdue AS (
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.status = 'pending' AND j.expires_at <= clock_timestamp()
+             ORDER BY j.expires_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED)
+        UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+          FROM overdue WHERE j.job_id = overdue.job_id;
+        GET DIAGNOSTICS expired = ROW_COUNT;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq.reap(integer) IS
+    'Settle expired claims (cancelled, requeued with backoff, or failed + dead letter) and expire overdue pending jobs; at most max_rows, oldest first. Always one row of counts.';

@@ -1,0 +1,226 @@
+-- fenceq for PostgreSQL, part 6: operators (cancel, views, purge, dead letters).
+
+-- cancel: cancel a job. Pending -> 'cancelled'. Claimed -> 'cancel_requested'
+-- (the worker acknowledges), or 'cancelled' at once with force, which kills
+-- the fence. A terminal job answers with its unchanged status; an unknown job
+-- with NULL. Sends pg_notify('fenceq_control', job_id) for an active job.
+-- Locking: the job row.
+CREATE OR REPLACE FUNCTION fenceq.cancel(job_id text, force boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_answer text;
+BEGIN
+    PERFORM fenceq._check_name(cancel.job_id, 'job_id', max_length => 36);
+    IF cancel.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'force is required');
+    END IF;
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = cancel.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = cancel.job_id;
+        v_answer := 'cancelled';
+    ELSIF v_job.status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
+        v_answer := 'cancel_requested';
+    ELSE
+        RETURN v_job.status;
+    END IF;
+    PERFORM pg_notify('fenceq_control', cancel.job_id);
+    RETURN v_answer;
+END
+$$;
+COMMENT ON FUNCTION fenceq.cancel(text, boolean) IS
+    'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+-- Views: read-only windows on the private tables. No view shows a claim
+-- token. Columns are only ever appended (CONTRACT §3).
+CREATE OR REPLACE VIEW fenceq.jobs AS
+SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
+       j.max_attempts, j.run_at, j.expires_at, j.owner_id, j.generation,
+       j.lease_expires_at, j.budget_expires_at, j.cancel_requested, j.pid, j.result,
+       j.last_error, j.submission_id, j.fingerprint, j.active_key, j.dlq_id,
+       j.created_at, j.finished_at
+  FROM fenceq._jobs AS j;
+COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
+
+CREATE OR REPLACE VIEW fenceq.attempts AS
+SELECT c.job_id, c.generation, c.owner_id, c.claimed_at
+  FROM fenceq._claims AS c;
+COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
+
+-- queue_stats reads pending and claimed jobs through their partial indexes,
+-- never the terminal history.
+CREATE OR REPLACE VIEW fenceq.queue_stats AS
+SELECT q.queue,
+       coalesce(p.pending, 0) AS pending,
+       coalesce(p.due, 0) AS due,
+       coalesce(c.claimed, 0) AS claimed,
+       coalesce(c.cancel_requested, 0) AS cancel_requested,
+       clock_timestamp() - p.oldest_due AS oldest_due_age,
+       q.paused,
+       q.notify
+  FROM fenceq._queues AS q
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS pending,
+               count(*) FILTER (WHERE j.run_at <= clock_timestamp()) AS due,
+               min(j.run_at) FILTER (WHERE j.run_at <= clock_timestamp()) AS oldest_due
+          FROM fenceq._jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'pending') AS p ON true
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS claimed,
+               count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
+          FROM fenceq._jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'claimed') AS c ON true;
+COMMENT ON VIEW fenceq.queue_stats IS
+    'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, and the paused and notify flags.';
+
+CREATE OR REPLACE VIEW fenceq.dead_letters AS
+SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts, d.failed_at,
+       d.replayed_at, d.discarded_at
+  FROM fenceq._dead_letters AS d;
+COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed until its job is purged.';
+
+-- get_job: one job from fenceq.jobs, or no row.
+CREATE OR REPLACE FUNCTION fenceq.get_job(job_id text)
+RETURNS SETOF fenceq.jobs
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(get_job.job_id, 'job_id', max_length => 36);
+    RETURN QUERY SELECT * FROM fenceq.jobs AS j WHERE j.job_id = get_job.job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.get_job(text) IS 'One job as fenceq.jobs shows it, or no row.';
+
+-- purge: delete terminal jobs finished before now - older_than, oldest first,
+-- at most max_rows, with their checkpoints, claim ledger rows and handled
+-- dead letters. Jobs with an unhandled dead letter are kept. Submission
+-- identities outlive the purge unless submissions_older_than is given: then
+-- identities older than that whose jobs are gone are forgotten too.
+-- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
+CREATE OR REPLACE FUNCTION fenceq.purge(
+    older_than interval, max_rows integer DEFAULT 10000,
+    submissions_older_than interval DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[];
+BEGIN
+    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true, nullable => false);
+    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than', allow_zero => true);
+    IF purge.max_rows IS NULL OR purge.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    SELECT coalesce(array_agg(t.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.finished_at < clock_timestamp() - purge.older_than
+           AND j.status IN ('completed', 'failed', 'cancelled', 'expired')
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dead_letters AS d
+                            WHERE d.job_id = j.job_id
+                              AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
+         ORDER BY j.finished_at
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED) AS t;
+    DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._dead_letters AS d WHERE d.job_id = ANY (v_ids);
+    DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    IF purge.submissions_older_than IS NOT NULL THEN
+        DELETE FROM fenceq._submissions AS s
+         WHERE s.created_at < clock_timestamp() - purge.submissions_older_than
+           AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = s.job_id);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$$;
+COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
+    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows), keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+
+-- replay_dead_letter: put a dead-lettered job back to pending with a fresh
+-- attempt budget; its submission identity and generation history are kept.
+-- Returns the job id; NULL for an unknown or already handled dead letter.
+CREATE OR REPLACE FUNCTION fenceq.replay_dead_letter(dlq_id text)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_letter fenceq._dead_letters;
+    v_now timestamptz;
+BEGIN
+    IF replay_dead_letter.dlq_id IS NULL OR replay_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    SELECT * INTO v_letter FROM fenceq._dead_letters AS d
+     WHERE d.dlq_id = replay_dead_letter.dlq_id FOR UPDATE;
+    IF NOT FOUND OR v_letter.replayed_at IS NOT NULL OR v_letter.discarded_at IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = 0, run_at = v_now, finished_at = NULL,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL
+     WHERE j.job_id = v_letter.job_id AND j.status = 'failed';
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET replayed_at = v_now WHERE d.dlq_id = replay_dead_letter.dlq_id;
+    PERFORM fenceq._notify_jobs(v_letter.queue);
+    RETURN v_letter.job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.replay_dead_letter(text) IS
+    'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter.';
+
+-- discard_dead_letter: mark a dead letter handled without replaying it.
+-- True once; false for an unknown or already handled letter.
+CREATE OR REPLACE FUNCTION fenceq.discard_dead_letter(dlq_id text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF discard_dead_letter.dlq_id IS NULL OR discard_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET discarded_at = clock_timestamp()
+     WHERE d.dlq_id = discard_dead_letter.dlq_id
+       AND d.replayed_at IS NULL AND d.discarded_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION fenceq.discard_dead_letter(text) IS
+    'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
+
+-- version: the installed schema version.
+CREATE OR REPLACE FUNCTION fenceq.version()
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$ SELECT '1' $$;
+COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

@@ -1,0 +1,174 @@
+-- fenceq for PostgreSQL, part 7: verify_schema, the admission check that
+-- migrations run before they finish.
+
+-- verify_schema: one row per check (check_name, ok, detail). Read-only.
+-- The details name schema objects, never data.
+CREATE OR REPLACE FUNCTION fenceq.verify_schema()
+RETURNS TABLE(check_name text, ok boolean, detail text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad text;
+BEGIN
+    check_name := 'server_encoding';
+    ok := current_setting('server_encoding') = 'UTF8';
+    detail := CASE WHEN ok THEN 'UTF8' ELSE 'server_encoding must be UTF8' END;
+    RETURN NEXT;
+
+    -- Every column this version reads or writes, with its exact type.
+    WITH expected(tbl, col, typ, not_null) AS (VALUES
+        ('_queues', 'queue', 'text', true), ('_queues', 'lease', 'interval', true),
+        ('_queues', 'max_attempts', 'integer', true), ('_queues', 'backoff_base', 'interval', true),
+        ('_queues', 'backoff_factor', 'double precision', true), ('_queues', 'backoff_max', 'interval', true),
+        ('_queues', 'dead_letter', 'boolean', true), ('_queues', 'paused', 'boolean', true),
+        ('_queues', 'notify', 'boolean', true), ('_queues', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
+        ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
+        ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
+        ('_jobs', 'status', 'text', true), ('_jobs', 'attempts', 'integer', true),
+        ('_jobs', 'max_attempts', 'integer', true), ('_jobs', 'run_at', 'timestamp with time zone', true),
+        ('_jobs', 'expires_at', 'timestamp with time zone', false), ('_jobs', 'owner_id', 'text', false),
+        ('_jobs', 'generation', 'bigint', true), ('_jobs', 'claim_token', 'text', false),
+        ('_jobs', 'lease', 'interval', false), ('_jobs', 'lease_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'budget_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'cancel_requested', 'boolean', true), ('_jobs', 'pid', 'integer', false),
+        ('_jobs', 'result', 'jsonb', false), ('_jobs', 'last_error', 'text', false),
+        ('_jobs', 'submission_id', 'text', false), ('_jobs', 'fingerprint', 'text', false),
+        ('_jobs', 'active_key', 'text', false), ('_jobs', 'dlq_id', 'text', false),
+        ('_jobs', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'finished_at', 'timestamp with time zone', false),
+        ('_submissions', 'submission_id', 'text', true), ('_submissions', 'fingerprint', 'text', true),
+        ('_submissions', 'job_id', 'text', true), ('_submissions', 'queue', 'text', true),
+        ('_submissions', 'created_at', 'timestamp with time zone', true),
+        ('_claims', 'claim_token', 'text', true), ('_claims', 'job_id', 'text', true),
+        ('_claims', 'generation', 'bigint', true), ('_claims', 'owner_id', 'text', true),
+        ('_claims', 'claimed_at', 'timestamp with time zone', true),
+        ('_checkpoints', 'job_id', 'text', true), ('_checkpoints', 'step', 'text', true),
+        ('_checkpoints', 'value', 'jsonb', true), ('_checkpoints', 'generation', 'bigint', true),
+        ('_checkpoints', 'recorded_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'dlq_id', 'text', true), ('_dead_letters', 'job_id', 'text', true),
+        ('_dead_letters', 'queue', 'text', true), ('_dead_letters', 'task', 'text', true),
+        ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
+        ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attribute AS a
+        ON a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col
+       AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE a.attname IS NULL
+        OR format_type(a.atttypid, a.atttypmod) <> e.typ
+        OR a.attnotnull <> e.not_null;
+    check_name := 'column_types'; ok := v_bad IS NULL;
+    detail := coalesce('wrong or missing: ' || v_bad, 'all columns as expected');
+    RETURN NEXT;
+
+    -- Every text column is compared exactly: its collation must be
+    -- deterministic (a nondeterministic ICU collation would fold case).
+    SELECT string_agg(c.relname || '.' || a.attname, ', ' ORDER BY c.relname, a.attname) INTO v_bad
+      FROM pg_attribute AS a
+      JOIN pg_class AS c ON c.oid = a.attrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+      JOIN pg_collation AS co ON co.oid = a.attcollation
+     WHERE n.nspname = 'fenceq' AND c.relkind = 'r' AND c.relname LIKE '\_%'
+       AND a.attnum > 0 AND NOT a.attisdropped AND NOT co.collisdeterministic;
+    check_name := 'deterministic_collations'; ok := v_bad IS NULL;
+    detail := coalesce('nondeterministic: ' || v_bad, 'all text columns deterministic');
+    RETURN NEXT;
+
+    -- Identity is arbitrated by exact, full, single-column unique indexes.
+    FOR check_name, v_bad IN VALUES ('claim_token_unique', '_claims.claim_token'),
+                                    ('submission_id_unique', '_submissions.submission_id'),
+                                    ('job_id_unique', '_jobs.job_id')
+    LOOP
+        SELECT count(*) = 1 INTO ok
+          FROM pg_index AS i
+          JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          JOIN pg_collation AS co ON co.oid = i.indcollation[0]
+         WHERE i.indrelid = to_regclass('fenceq.' || split_part(v_bad, '.', 1))
+           AND a.attname = split_part(v_bad, '.', 2)
+           AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indnkeyatts = 1
+           AND i.indpred IS NULL AND i.indexprs IS NULL AND co.collisdeterministic;
+        detail := CASE WHEN ok THEN 'exact unique index on ' || v_bad
+                       ELSE 'needs exactly one full single-column unique index on ' || v_bad END;
+        RETURN NEXT;
+    END LOOP;
+
+    -- No default may manufacture identity or an invalid state.
+    WITH expected(tbl, col, def) AS (VALUES
+        ('_jobs', 'job_id', NULL), ('_jobs', 'owner_id', NULL), ('_jobs', 'claim_token', NULL),
+        ('_jobs', 'submission_id', NULL), ('_jobs', 'fingerprint', NULL), ('_jobs', 'active_key', NULL),
+        ('_jobs', 'dlq_id', NULL), ('_jobs', 'lease_expires_at', NULL), ('_jobs', 'pid', NULL),
+        ('_jobs', 'generation', '0'), ('_jobs', 'attempts', '0'),
+        ('_jobs', 'status', '''pending''::text'), ('_jobs', 'cancel_requested', 'false'),
+        ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
+        ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
+        ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attrdef AS d
+        ON d.adrelid = to_regclass('fenceq.' || e.tbl)
+       AND d.adnum = (SELECT a.attnum FROM pg_attribute AS a
+                       WHERE a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col)
+     WHERE pg_get_expr(d.adbin, d.adrelid) IS DISTINCT FROM e.def;
+    check_name := 'defaults'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected default: ' || v_bad, 'no default manufactures identity or state');
+    RETURN NEXT;
+
+    -- Nothing may rewrite what the functions store behind their back.
+    SELECT string_agg(c.relname || '.' || t.tgname, ', ') INTO v_bad
+      FROM pg_trigger AS t
+      JOIN pg_class AS c ON c.oid = t.tgrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'fenceq' AND NOT t.tgisinternal;
+    check_name := 'no_triggers'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
+    RETURN NEXT;
+
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef;
+    check_name := 'security_definer'; ok := v_bad IS NULL;
+    detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
+    RETURN NEXT;
+
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq'
+       AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
+    check_name := 'pinned_search_path'; ok := v_bad IS NULL;
+    detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT p.proname, ', ') INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS acl
+     WHERE n.nspname = 'fenceq' AND acl.grantee = 0 AND acl.privilege_type = 'EXECUTE';
+    check_name := 'no_public_execute'; ok := v_bad IS NULL;
+    detail := coalesce('PUBLIC may execute: ' || v_bad, 'PUBLIC has no EXECUTE');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT o.name, ', ') INTO v_bad FROM (
+        SELECT p.proname AS name, p.proowner AS owner
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq'
+        UNION ALL
+        SELECT c.relname, c.relowner
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
+           AND c.relname NOT LIKE '\_yoyo%' AND c.relname <> 'yoyo_lock') AS o
+      JOIN pg_roles AS r ON r.oid = o.owner
+     WHERE r.rolsuper;
+    check_name := 'owner_not_superuser'; ok := v_bad IS NULL;
+    detail := coalesce('owned by a superuser: ' || v_bad, 'no fenceq object is owned by a superuser');
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq.verify_schema() IS
+    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';

@@ -1,0 +1,60 @@
+-- fenceq for PostgreSQL, part 9: ownership and privileges.
+--
+-- Everything is owned by the NOLOGIN, non-superuser role fenceq_owner when the
+-- installer may create it, so SECURITY DEFINER functions run with no more
+-- than the queue's own rights. Otherwise the installing role stays owner (the
+-- functions then run with its rights; docs/dba.md says what that means).
+-- PUBLIC gets nothing: grants to the fenceq_* roles are added separately,
+-- without touching any function body.
+DO $$
+DECLARE
+    v_can_create boolean;
+    v_object record;
+BEGIN
+    SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create
+      FROM pg_roles AS r WHERE r.rolname = current_user;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = 'fenceq_owner') THEN
+        IF NOT v_can_create THEN
+            RAISE NOTICE 'fenceq: may not create role fenceq_owner; objects stay owned by %', current_user;
+            RETURN;
+        END IF;
+        BEGIN
+            CREATE ROLE fenceq_owner NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT;
+        EXCEPTION WHEN duplicate_object THEN
+            NULL;  -- created concurrently by an install in another database
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = 'fenceq_owner'
+                AND (r.rolcanlogin OR r.rolsuper)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: role fenceq_owner exists and can log in or is a superuser; refusing to use it';
+    END IF;
+    IF NOT pg_has_role(current_user, 'fenceq_owner', 'MEMBER') THEN
+        IF NOT v_can_create THEN
+            RAISE NOTICE 'fenceq: not a member of fenceq_owner; objects stay owned by %', current_user;
+            RETURN;
+        END IF;
+        EXECUTE format('GRANT fenceq_owner TO %I', current_user);
+    END IF;
+    EXECUTE 'ALTER SCHEMA fenceq OWNER TO fenceq_owner';
+    FOR v_object IN
+        SELECT format('ALTER %s %s OWNER TO fenceq_owner',
+                      CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::regclass) AS stmt
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
+           AND c.relname NOT LIKE '\_yoyo%' AND c.relname <> 'yoyo_lock'
+        UNION ALL
+        SELECT format('ALTER FUNCTION %s OWNER TO fenceq_owner', p.oid::regprocedure)
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq'
+        UNION ALL
+        SELECT 'ALTER TYPE fenceq.claim OWNER TO fenceq_owner'
+    LOOP
+        EXECUTE v_object.stmt;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
