@@ -161,8 +161,7 @@ BEGIN
         UNION ALL
         SELECT c.relname, c.relowner
           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
-           AND c.relname NOT LIKE '\_yoyo%' AND c.relname <> 'yoyo_lock') AS o
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')) AS o
       JOIN pg_roles AS r ON r.oid = o.owner
      WHERE r.rolsuper;
     check_name := 'owner_not_superuser'; ok := v_bad IS NULL;

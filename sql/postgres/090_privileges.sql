@@ -42,7 +42,6 @@ BEGIN
                       CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::regclass) AS stmt
           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
          WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
-           AND c.relname NOT LIKE '\_yoyo%' AND c.relname <> 'yoyo_lock'
         UNION ALL
         SELECT format('ALTER FUNCTION %s OWNER TO fenceq_owner', p.oid::regprocedure)
           FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
@@ -58,3 +57,17 @@ $$;
 REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
+
+-- Admission: an install or migration refuses to finish on a schema that
+-- fails any verify_schema check (CONTRACT §3).
+DO $$
+DECLARE
+    v_failed text;
+BEGIN
+    SELECT string_agg(v.check_name, ', ') INTO v_failed FROM fenceq.verify_schema() AS v WHERE NOT v.ok;
+    IF v_failed IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: the schema fails verify_schema checks: ' || v_failed;
+    END IF;
+END
+$$;

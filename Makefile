@@ -1,0 +1,38 @@
+# fenceq: `make test` and `make demo` work on a fresh clone (they install first).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export FENCEQ_TEST_PG_PORT ?= 54329
+
+.PHONY: install test bench sql demo pg-start pg-stop clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+pg-start:
+	@scripts/pg-test-server start >/dev/null
+
+pg-stop:
+	@scripts/pg-test-server stop
+
+test: install pg-start
+	$(BIN)/pytest -q
+
+bench: install
+	FENCEQ_PG_DURABLE=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
+	FENCEQ_BENCH_PG_URL=postgresql://postgres@127.0.0.1:54339/postgres $(BIN)/python -m bench
+
+sql: install
+	$(BIN)/fenceq sql --backend postgres > build-fenceq-postgres.sql
+	@echo "wrote build-fenceq-postgres.sql"
+
+demo: install
+	$(BIN)/fenceq demo
+
+clean:
+	rm -rf $(VENV) build-fenceq-*.sql

@@ -1,0 +1,13 @@
+"""fenceq: a fenced, owned work queue that lives in the database."""
+
+from .client import AsyncClient, Client, connect, connect_async
+from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, PersistenceFailed,
+                     SubmissionConflict)
+from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
+                    SchemaCheck, new_claim_token)
+
+__all__ = [
+    "AsyncClient", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client", "ConfigError",
+    "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "PersistenceFailed", "QueueStats",
+    "ReapResult", "SchemaCheck", "SubmissionConflict", "connect", "connect_async", "new_claim_token",
+]

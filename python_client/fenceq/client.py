@@ -1,0 +1,252 @@
+"""The thin client: sync ``Client`` and async ``AsyncClient`` (CONTRACT §8).
+
+Both inherit every method from ``_Operations``: a method validates its
+inputs into an ``Op`` (``ops.py``) and hands it to ``_call``, which the sync
+client runs at once and the async client returns as a coroutine. The
+client retries nothing: after ``PersistenceFailed`` retry the same
+submission, or ``recover_claim`` with the same token.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import ops
+from .errors import config_error
+from .types import Claim, ClaimState, DeadLetter, Fence, Job
+
+DEFAULT_URL = "sqlite:///fenceq.db"
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL to use: the argument, else $FENCEQ_DATABASE_URL, else the
+    embedded SQLite file ./fenceq.db."""
+    return url or os.environ.get("FENCEQ_DATABASE_URL") or DEFAULT_URL
+
+
+def backend_of(url: str) -> str:
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return "postgres"
+    if scheme == "sqlite":
+        return "sqlite"
+    raise config_error("QF100", "the URL must start with postgresql:// or sqlite:///")
+
+
+class _Operations:
+    """Every operation of CONTRACT §3, once for both clients."""
+
+    def _call(self, op: ops.Op) -> Any:
+        raise NotImplementedError
+
+    # Queues
+    def create_queue(self, queue: str, *, lease: timedelta | None = None, max_attempts: int | None = None,
+                     backoff_base: timedelta | None = None, backoff_factor: float | None = None,
+                     backoff_max: timedelta | None = None, dead_letter: bool | None = None) -> bool:
+        return self._call(ops.create_queue(queue, lease, max_attempts, backoff_base, backoff_factor,
+                                           backoff_max, dead_letter))
+
+    def alter_queue(self, queue: str, *, lease: timedelta | None = None, max_attempts: int | None = None,
+                    backoff_base: timedelta | None = None, backoff_factor: float | None = None,
+                    backoff_max: timedelta | None = None, dead_letter: bool | None = None) -> None:
+        return self._call(ops.alter_queue(queue, lease, max_attempts, backoff_base, backoff_factor,
+                                          backoff_max, dead_letter))
+
+    def pause_queue(self, queue: str) -> bool:
+        return self._call(ops.pause_queue(queue))
+
+    def resume_queue(self, queue: str) -> bool:
+        return self._call(ops.resume_queue(queue))
+
+    def set_queue_notify(self, queue: str, notify: bool) -> bool:
+        return self._call(ops.set_queue_notify(queue, notify))
+
+    # Producers
+    def submit(self, queue: str, task: str, payload: Any = None, *, submission_id: str | None = None,
+               job_id: str | None = None, priority: int | None = None, run_at: datetime | None = None,
+               expires_at: datetime | None = None, max_attempts: int | None = None,
+               active_key: str | None = None, force: bool = False) -> str:
+        return self._call(ops.submit(queue, task, payload, submission_id, job_id, priority, run_at,
+                                     expires_at, max_attempts, active_key, force))
+
+    def submit_batch(self, queue: str, requests: Iterable[Mapping[str, Any]]) -> list[str]:
+        return self._call(ops.submit_batch(queue, requests))
+
+    # Workers
+    def claim_next(self, queues: Sequence[str], owner_id: str, claim_token: str, *,
+                   lease: timedelta | None = None, budget: timedelta | None = None) -> Claim | None:
+        return self._call(ops.claim_next(queues, owner_id, claim_token, lease, budget))
+
+    def claim_batch(self, queues: Sequence[str], owner_id: str, claim_tokens: Sequence[str], *,
+                    lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
+        return self._call(ops.claim_batch(queues, owner_id, claim_tokens, lease, budget))
+
+    def recover_claim(self, owner_id: str, claim_token: str) -> Claim | None:
+        return self._call(ops.recover_claim(owner_id, claim_token))
+
+    def heartbeat(self, fence: Fence, *, lease: timedelta | None = None) -> bool:
+        return self._call(ops.heartbeat(fence, lease))
+
+    def heartbeat_batch(self, fences: Sequence[Fence], *, lease: timedelta | None = None) -> list[bool]:
+        return self._call(ops.heartbeat_batch(fences, lease))
+
+    def complete(self, fence: Fence, result: Any = None) -> bool:
+        return self._call(ops.complete(fence, result))
+
+    def complete_batch(self, fences: Sequence[Fence], results: Sequence[Any] | None = None) -> list[bool]:
+        return self._call(ops.complete_batch(fences, results))
+
+    def fail(self, fence: Fence, error: str, *, retry: bool = True, retry_at: datetime | None = None) -> bool:
+        return self._call(ops.fail(fence, error, retry, retry_at))
+
+    def release(self, fence: Fence, *, run_at: datetime | None = None) -> bool:
+        return self._call(ops.release(fence, run_at))
+
+    def checkpoint(self, fence: Fence, step: str, value: Any) -> Any:
+        return self._call(ops.checkpoint(fence, step, value))
+
+    def set_pid(self, fence: Fence, pid: int) -> bool:
+        return self._call(ops.set_pid(fence, pid))
+
+    def claim_state(self, fence: Fence) -> ClaimState | None:
+        return self._call(ops.claim_state(fence))
+
+    def acknowledge_cancel(self, fence: Fence) -> bool:
+        return self._call(ops.acknowledge_cancel(fence))
+
+    def reap(self, *, max_rows: int | None = None):
+        return self._call(ops.reap(max_rows))
+
+    # Operators
+    def cancel(self, job_id: str, *, force: bool = False) -> str | None:
+        return self._call(ops.cancel(job_id, force))
+
+    def get_job(self, job_id: str) -> Job | None:
+        return self._call(ops.get_job(job_id))
+
+    def attempts(self, job_id: str):
+        return self._call(ops.attempts(job_id))
+
+    def stats(self):
+        return self._call(ops.stats())
+
+    def dead_letters(self, *, queue: str | None = None, include_handled: bool = False,
+                     limit: int = 100) -> list[DeadLetter]:
+        return self._call(ops.dead_letters(queue, include_handled, limit))
+
+    def purge(self, older_than: timedelta, *, max_rows: int | None = None,
+              submissions_older_than: timedelta | None = None) -> int:
+        return self._call(ops.purge(older_than, max_rows, submissions_older_than))
+
+    def replay_dead_letter(self, dlq_id: str) -> str | None:
+        return self._call(ops.replay_dead_letter(dlq_id))
+
+    def discard_dead_letter(self, dlq_id: str) -> bool:
+        return self._call(ops.discard_dead_letter(dlq_id))
+
+    def verify_schema(self):
+        return self._call(ops.verify_schema())
+
+    def version(self) -> str:
+        return self._call(ops.version())
+
+
+class Client(_Operations):
+    """Synchronous client. Use ``fenceq.connect``."""
+
+    def __init__(self, backend: Any, url: str | None = None):
+        self._backend = backend
+        self.url = url
+
+    @property
+    def backend(self) -> str:
+        return self._backend.name
+
+    def _call(self, op: ops.Op) -> Any:
+        return self._backend.run(op)
+
+    def migrate(self) -> list:
+        """Apply the migrations for this client's URL, then verify_schema."""
+        from .migrate import migrate
+
+        if self.url is None:
+            raise config_error("QF100", "migrate needs a client opened from a URL")
+        return migrate(self.url)
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Operations):
+    """Asynchronous client: every method returns an awaitable. Use
+    ``await fenceq.connect_async``."""
+
+    def __init__(self, backend: Any, url: str | None = None):
+        self._backend = backend
+        self.url = url
+
+    @property
+    def backend(self) -> str:
+        return self._backend.name
+
+    async def _call(self, op: ops.Op) -> Any:
+        return await self._backend.run(op)
+
+    async def migrate(self) -> list:
+        import asyncio
+
+        from .migrate import migrate
+
+        if self.url is None:
+            raise config_error("QF100", "migrate needs a client opened from a URL")
+        return await asyncio.to_thread(migrate, self.url)
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def connect(url: str | None = None, *, connection: Any = None, pool: Any = None) -> Client:
+    """Open a client. Pass a URL (postgresql://… or sqlite:///…; default
+    $FENCEQ_DATABASE_URL, else the embedded ./fenceq.db), or a psycopg
+    ``Connection`` / ``ConnectionPool`` you own: calls then run inside your
+    connection's current transaction, or on a pooled connection. Connecting
+    does not migrate."""
+    from ._postgres import PostgresBackend
+
+    if connection is not None or pool is not None:
+        return Client(PostgresBackend(connection=connection, pool=pool))
+    resolved = resolve_url(url)
+    if backend_of(resolved) == "postgres":
+        return Client(PostgresBackend(url=resolved), resolved)
+    from ._sqlite import SqliteBackend
+
+    return Client(SqliteBackend(resolved), resolved)
+
+
+async def connect_async(url: str | None = None, *, connection: Any = None, pool: Any = None) -> AsyncClient:
+    """Async twin of ``connect``: accepts an ``AsyncConnection`` or
+    ``AsyncConnectionPool`` you own."""
+    from ._postgres import AsyncPostgresBackend
+
+    if connection is not None or pool is not None:
+        return AsyncClient(AsyncPostgresBackend(connection=connection, pool=pool))
+    resolved = resolve_url(url)
+    if backend_of(resolved) == "postgres":
+        return AsyncClient(await AsyncPostgresBackend.connect(resolved), resolved)
+    from ._sqlite import AsyncSqliteBackend
+
+    return AsyncClient(await AsyncSqliteBackend.connect(resolved), resolved)

@@ -1,0 +1,347 @@
+"""Operations: one place that turns a method call into a validated request.
+
+Every client method builds an ``Op`` here (validating and snapshotting its
+inputs), and a backend executes it: PostgreSQL calls ``fenceq.<name>(...)``,
+SQLite runs ``sql/sqlite/<name>.sql``. Sync and async clients share it all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+from . import validate as v
+from .errors import config_error
+from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
+                    SchemaCheck)
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str  # text, integer, bigint, boolean, double, interval, timestamptz, jsonb, text[], bigint[], jsonb[]
+    value: Any
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple[Arg, ...]
+    result: str  # "scalar", "row" (zero or one), "rows", "void"
+    convert: Callable[[Any], Any] = lambda value: value
+    writes: bool = True
+
+
+def _args(*items: tuple[str, str, Any], optional: tuple[str, ...] = ()) -> tuple[Arg, ...]:
+    """Arguments to send; those named in ``optional`` are left out when None
+    so that the function's own DEFAULT applies."""
+    return tuple(Arg(n, k, val) for n, k, val in items if not (val is None and n in optional))
+
+
+def _fence_args(fence: Any) -> list[tuple[str, str, Any]]:
+    if not isinstance(fence, Fence):
+        raise config_error("QF106", "a Fence is required")
+    v.fence_parts(fence.job_id, fence.owner_id, fence.generation, fence.claim_token)
+    return [("job_id", "text", fence.job_id), ("owner_id", "text", fence.owner_id),
+            ("generation", "bigint", fence.generation), ("claim_token", "text", fence.claim_token)]
+
+
+def _claim(row: Mapping[str, Any] | None) -> Claim | None:
+    return None if row is None else Claim(**row)
+
+
+def _claims(rows: list[Mapping[str, Any]]) -> list[Claim]:
+    return [Claim(**row) for row in rows]
+
+
+def _job(row: Mapping[str, Any] | None) -> Job | None:
+    return None if row is None else Job(**row)
+
+
+# Queues ---------------------------------------------------------------------
+
+def create_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
+                 backoff_max=None, dead_letter=None) -> Op:
+    return Op("create_queue", _args(
+        ("queue", "text", v.name(queue, "queue")),
+        ("lease", "interval", v.duration(lease, "lease")),
+        ("max_attempts", "integer", v.integer(max_attempts, "max_attempts", minimum=1)),
+        ("backoff_base", "interval", v.duration(backoff_base, "backoff_base", allow_zero=True)),
+        ("backoff_factor", "double", v.factor(backoff_factor)),
+        ("backoff_max", "interval", v.duration(backoff_max, "backoff_max", allow_zero=True)),
+        ("dead_letter", "boolean", None if dead_letter is None else v.boolean(dead_letter, "dead_letter")),
+        optional=("lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter"),
+    ), "scalar", bool)
+
+
+def alter_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
+                backoff_max=None, dead_letter=None) -> Op:
+    return Op("alter_queue", _args(
+        ("queue", "text", v.name(queue, "queue")),
+        ("lease", "interval", v.duration(lease, "lease")),
+        ("max_attempts", "integer", v.integer(max_attempts, "max_attempts", minimum=1)),
+        ("backoff_base", "interval", v.duration(backoff_base, "backoff_base", allow_zero=True)),
+        ("backoff_factor", "double", v.factor(backoff_factor)),
+        ("backoff_max", "interval", v.duration(backoff_max, "backoff_max", allow_zero=True)),
+        ("dead_letter", "boolean", None if dead_letter is None else v.boolean(dead_letter, "dead_letter")),
+    ), "void")
+
+
+def pause_queue(queue) -> Op:
+    return Op("pause_queue", _args(("queue", "text", v.name(queue, "queue"))), "scalar", bool)
+
+
+def resume_queue(queue) -> Op:
+    return Op("resume_queue", _args(("queue", "text", v.name(queue, "queue"))), "scalar", bool)
+
+
+def set_queue_notify(queue, notify) -> Op:
+    return Op("set_queue_notify", _args(("queue", "text", v.name(queue, "queue")),
+                                        ("notify", "boolean", v.boolean(notify, "notify"))), "scalar", bool)
+
+
+# Producers ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One validated submission, as authored (None stays None)."""
+
+    task: str
+    payload: str  # canonical JSON text ("null" for none)
+    submission_id: str | None
+    job_id: str | None
+    priority: int | None
+    run_at: datetime | None
+    expires_at: datetime | None
+    max_attempts: int | None
+    active_key: str | None
+    force: bool
+
+    @property
+    def payload_value(self) -> str | None:
+        return None if self.payload == "null" else self.payload
+
+
+def submit_request(task, payload=None, submission_id=None, job_id=None, priority=None, run_at=None,
+                   expires_at=None, max_attempts=None, active_key=None, force=False) -> SubmitRequest:
+    return SubmitRequest(
+        task=v.name(task, "task"),  # type: ignore[arg-type]
+        payload=v.json_value(payload, "payload"),
+        submission_id=v.name(submission_id, "submission_id", nullable=True),
+        job_id=v.job_id(job_id, nullable=True),
+        priority=v.integer(priority, "priority"),
+        run_at=v.moment(run_at, "run_at"),
+        expires_at=v.moment(expires_at, "expires_at"),
+        max_attempts=v.integer(max_attempts, "max_attempts", minimum=1),
+        active_key=v.name(active_key, "active_key", nullable=True),
+        force=v.boolean(force, "force"),
+    )
+
+
+def submit(queue, task, payload=None, submission_id=None, job_id=None, priority=None, run_at=None,
+           expires_at=None, max_attempts=None, active_key=None, force=False) -> Op:
+    request = submit_request(task, payload, submission_id, job_id, priority, run_at, expires_at,
+                             max_attempts, active_key, force)
+    return Op("submit", _args(
+        ("queue", "text", v.name(queue, "queue")),
+        ("task", "text", request.task),
+        ("payload", "jsonb", request.payload_value),
+        ("submission_id", "text", request.submission_id),
+        ("job_id", "text", request.job_id),
+        ("priority", "integer", request.priority),
+        ("run_at", "timestamptz", request.run_at),
+        ("expires_at", "timestamptz", request.expires_at),
+        ("max_attempts", "integer", request.max_attempts),
+        ("active_key", "text", request.active_key),
+        ("force", "boolean", request.force),
+        optional=("payload", "submission_id", "job_id", "priority", "run_at", "expires_at",
+                  "max_attempts", "active_key"),
+    ), "scalar")
+
+
+_REQUEST_KEYS = frozenset({"task", "payload", "submission_id", "job_id", "priority", "run_at",
+                           "expires_at", "max_attempts", "active_key", "force"})
+
+
+def submit_batch(queue, requests) -> Op:
+    items = v.sequence(requests, "requests")
+    snapshot = []
+    for index, item in enumerate(items):
+        try:
+            if not isinstance(item, Mapping):
+                raise config_error("QF100", "each request must be a dict")
+            if not set(item) <= _REQUEST_KEYS:
+                raise config_error("QF100", "a request has an unknown key")
+            if "task" not in item:
+                raise config_error("QF102", "task is required")
+            snapshot.append(submit_request(**item))
+        except Exception as error:
+            if hasattr(error, "sqlstate"):
+                error.args = (f"{error.args[0]} (request index {index})",)
+            raise
+    return Op("submit_batch", _args(("queue", "text", v.name(queue, "queue")),
+                                    ("requests", "requests", tuple(snapshot))), "scalar", list)
+
+
+# Workers --------------------------------------------------------------------
+
+def claim_next(queues, owner_id, claim_token, lease=None, budget=None) -> Op:
+    return Op("claim_next", _args(
+        ("queues", "text[]", v.names(queues, "queues")),
+        ("owner_id", "text", v.name(owner_id, "owner_id")),
+        ("claim_token", "text", v.name(claim_token, "claim_token")),
+        ("lease", "interval", v.duration(lease, "lease")),
+        ("budget", "interval", v.duration(budget, "budget")),
+        optional=("lease", "budget"),
+    ), "row", _claim)
+
+
+def claim_batch(queues, owner_id, claim_tokens, lease=None, budget=None) -> Op:
+    return Op("claim_batch", _args(
+        ("queues", "text[]", v.names(queues, "queues")),
+        ("owner_id", "text", v.name(owner_id, "owner_id")),
+        ("claim_tokens", "text[]", v.names(claim_tokens, "claim_tokens")),
+        ("lease", "interval", v.duration(lease, "lease")),
+        ("budget", "interval", v.duration(budget, "budget")),
+        optional=("lease", "budget"),
+    ), "rows", _claims)
+
+
+def recover_claim(owner_id, claim_token) -> Op:
+    return Op("recover_claim", _args(("owner_id", "text", v.name(owner_id, "owner_id")),
+                                     ("claim_token", "text", v.name(claim_token, "claim_token"))),
+              "row", _claim, writes=False)
+
+
+def heartbeat(fence, lease=None) -> Op:
+    return Op("heartbeat", _args(*_fence_args(fence), ("lease", "interval", v.duration(lease, "lease")),
+                                 optional=("lease",)), "scalar", bool)
+
+
+def _fence_arrays(fences: Any) -> list[tuple[str, str, Any]]:
+    items = v.sequence(fences, "fences")
+    parts = [_fence_args(fence) for fence in items]
+    return [("job_ids", "text[]", [p[0][2] for p in parts]),
+            ("owner_ids", "text[]", [p[1][2] for p in parts]),
+            ("generations", "bigint[]", [p[2][2] for p in parts]),
+            ("claim_tokens", "text[]", [p[3][2] for p in parts])]
+
+
+def heartbeat_batch(fences, lease=None) -> Op:
+    return Op("heartbeat_batch", _args(*_fence_arrays(fences),
+                                       ("lease", "interval", v.duration(lease, "lease")),
+                                       optional=("lease",)), "scalar", list)
+
+
+def complete(fence, result=None) -> Op:
+    text = v.json_value(result, "result")
+    return Op("complete", _args(*_fence_args(fence),
+                                ("result", "jsonb", None if text == "null" else text),
+                                optional=("result",)), "scalar", bool)
+
+
+def complete_batch(fences, results=None) -> Op:
+    arrays = _fence_arrays(fences)
+    texts = None
+    if results is not None:
+        values = v.sequence(results, "results")
+        if len(values) != len(arrays[0][2]):
+            raise config_error("QF100", "results must have one element per fence")
+        texts = [None if t == "null" else t for t in (v.json_value(r, "result") for r in values)]
+    return Op("complete_batch", _args(*arrays, ("results", "jsonb[]", texts), optional=("results",)),
+              "scalar", list)
+
+
+def fail(fence, error, retry=True, retry_at=None) -> Op:
+    return Op("fail", _args(*_fence_args(fence),
+                            ("error", "text", v.error_text(error)),
+                            ("retry", "boolean", v.boolean(retry, "retry")),
+                            ("retry_at", "timestamptz", v.moment(retry_at, "retry_at")),
+                            optional=("retry_at",)), "scalar", bool)
+
+
+def release(fence, run_at=None) -> Op:
+    return Op("release", _args(*_fence_args(fence), ("run_at", "timestamptz", v.moment(run_at, "run_at")),
+                               optional=("run_at",)), "scalar", bool)
+
+
+def checkpoint(fence, step, value) -> Op:
+    if value is None:
+        raise config_error("QF103", "a checkpoint value may not be null")
+    return Op("checkpoint", _args(*_fence_args(fence), ("step", "text", v.name(step, "step")),
+                                  ("value", "jsonb", v.json_value(value, "value"))), "scalar")
+
+
+def set_pid(fence, pid) -> Op:
+    return Op("set_pid", _args(*_fence_args(fence),
+                               ("pid", "integer", v.integer(pid, "pid", nullable=False, minimum=1))),
+              "scalar", bool)
+
+
+def claim_state(fence) -> Op:
+    return Op("claim_state", _args(*_fence_args(fence)), "row",
+              lambda row: None if row is None else ClaimState(**row), writes=False)
+
+
+def acknowledge_cancel(fence) -> Op:
+    return Op("acknowledge_cancel", _args(*_fence_args(fence)), "scalar", bool)
+
+
+def reap(max_rows=None) -> Op:
+    return Op("reap", _args(("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
+                            optional=("max_rows",)), "row", lambda row: ReapResult(**row))
+
+
+# Operators ------------------------------------------------------------------
+
+def cancel(job_id, force=False) -> Op:
+    return Op("cancel", _args(("job_id", "text", v.job_id(job_id)),
+                              ("force", "boolean", v.boolean(force, "force"))), "scalar")
+
+
+def get_job(job_id) -> Op:
+    return Op("get_job", _args(("job_id", "text", v.job_id(job_id))), "row", _job, writes=False)
+
+
+def attempts(job_id) -> Op:
+    return Op("attempts", _args(("job_id", "text", v.job_id(job_id))), "rows",
+              lambda rows: [Attempt(**row) for row in rows], writes=False)
+
+
+def stats() -> Op:
+    return Op("stats", (), "rows", lambda rows: [QueueStats(**row) for row in rows], writes=False)
+
+
+def dead_letters(queue=None, include_handled=False, limit=100) -> Op:
+    return Op("dead_letters", _args(
+        ("queue", "text", v.name(queue, "queue", nullable=True)),
+        ("include_handled", "boolean", v.boolean(include_handled, "include_handled")),
+        ("limit", "integer", v.integer(limit, "limit", nullable=False, minimum=1)),
+    ), "rows", lambda rows: [DeadLetter(**row) for row in rows], writes=False)
+
+
+def purge(older_than, max_rows=None, submissions_older_than=None) -> Op:
+    return Op("purge", _args(
+        ("older_than", "interval", v.duration(older_than, "older_than", allow_zero=True, nullable=False)),
+        ("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
+        ("submissions_older_than", "interval",
+         v.duration(submissions_older_than, "submissions_older_than", allow_zero=True)),
+        optional=("max_rows", "submissions_older_than"),
+    ), "scalar", int)
+
+
+def replay_dead_letter(dlq_id) -> Op:
+    return Op("replay_dead_letter", _args(("dlq_id", "text", v.dlq_id(dlq_id))), "scalar")
+
+
+def discard_dead_letter(dlq_id) -> Op:
+    return Op("discard_dead_letter", _args(("dlq_id", "text", v.dlq_id(dlq_id))), "scalar", bool)
+
+
+def verify_schema() -> Op:
+    return Op("verify_schema", (), "rows", lambda rows: [SchemaCheck(**row) for row in rows], writes=False)
+
+
+def version() -> Op:
+    return Op("version", (), "scalar", writes=False)

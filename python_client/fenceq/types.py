@@ -1,0 +1,133 @@
+"""Value types returned and accepted by the client (CONTRACT §8)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+
+def new_claim_token() -> str:
+    """A fresh 128-bit random claim token. Keep it *before* sending the claim."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Proof of one claim: pass it unchanged to every fenced call."""
+
+    job_id: str
+    owner_id: str
+    generation: int
+    claim_token: str = field(repr=False)
+    queue: str | None = None
+
+    def __repr__(self) -> str:
+        return (f"Fence(job_id={self.job_id!r}, owner_id={self.owner_id!r}, "
+                f"generation={self.generation!r}, claim_token=<hidden>, queue={self.queue!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    job_id: str
+    queue: str
+    task: str
+    payload: Any
+    priority: int
+    attempt: int
+    max_attempts: int
+    owner_id: str
+    generation: int
+    claim_token: str = field(repr=False)
+    lease_expires_at: datetime | None = None
+    budget_expires_at: datetime | None = None
+    cancel_requested: bool = False
+    submission_id: str | None = None
+    checkpoints: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.job_id, self.owner_id, self.generation, self.claim_token, self.queue)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job_id: str
+    queue: str
+    task: str
+    payload: Any
+    priority: int
+    status: str
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    expires_at: datetime | None
+    owner_id: str | None
+    generation: int
+    lease_expires_at: datetime | None
+    budget_expires_at: datetime | None
+    cancel_requested: bool
+    pid: int | None
+    result: Any
+    last_error: str | None
+    submission_id: str | None
+    fingerprint: str | None
+    active_key: str | None
+    dlq_id: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    job_id: str
+    generation: int
+    owner_id: str
+    claimed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    pending: int
+    due: int
+    claimed: int
+    cancel_requested: int
+    oldest_due_age: timedelta | None
+    paused: bool
+    notify: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    dlq_id: str
+    job_id: str
+    queue: str
+    task: str
+    error: str | None
+    attempts: int
+    failed_at: datetime
+    replayed_at: datetime | None
+    discarded_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimState:
+    cancel_requested: bool
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReapResult:
+    requeued: int
+    failed: int
+    cancelled: int
+    expired: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaCheck:
+    check_name: str
+    ok: bool
+    detail: str
