@@ -1,0 +1,32 @@
+"""Small helpers shared by the tests."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+
+import fenceq
+
+
+def claim(client: fenceq.Client, queue: str = "default", owner: str = "worker-1", **options) -> fenceq.Claim:
+    result = client.claim_next([queue], owner, fenceq.new_claim_token(), **options)
+    assert result is not None, "expected a job to claim"
+    return result
+
+
+@contextmanager
+def raises_code(sqlstate: str) -> Iterator[pytest.ExceptionInfo]:
+    with pytest.raises(fenceq.FenceqError) as info:
+        yield info
+    assert info.value.sqlstate == sqlstate, (info.value.sqlstate, str(info.value))
+
+
+def wait_until_past(moment) -> None:
+    """Sleep until the wall clock is strictly past an (aware) database time."""
+    from datetime import datetime, timezone
+
+    delay = (moment - datetime.now(timezone.utc)).total_seconds()
+    time.sleep(max(delay, 0) + 0.05)
