@@ -1,0 +1,43 @@
+"""Submission fingerprints: golden vectors shared by every backend (CONTRACT §4)."""
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from fenceq.canonical import canonical_json, fingerprint
+
+GOLDEN = json.loads((Path(__file__).parent / "golden_fingerprints.json").read_text())
+
+
+def _arguments(request: dict) -> dict:
+    args = {k: v for k, v in request.items() if k != "queue"}
+    for key in ("run_at", "expires_at"):
+        if key in args:
+            args[key] = datetime.fromisoformat(args[key].replace("Z", "+00:00"))
+    return args
+
+
+@pytest.mark.parametrize("vector", GOLDEN, ids=[v["request"]["submission_id"] for v in GOLDEN])
+def test_python_fingerprint_matches_golden_vector(vector):
+    args = _arguments(vector["request"])
+    computed = fingerprint(queue=vector["request"]["queue"], task=args["task"], payload=args.get("payload"),
+                           submission_id=args["submission_id"], job_id=args.get("job_id"),
+                           priority=args.get("priority"), run_at=args.get("run_at"),
+                           expires_at=args.get("expires_at"), max_attempts=args.get("max_attempts"),
+                           active_key=args.get("active_key"), force=args.get("force", False))
+    assert computed == vector["fingerprint"]
+
+
+def test_backend_stores_the_golden_fingerprints(client, queue):
+    for vector in GOLDEN:
+        job_id = client.submit(queue, **_arguments(vector["request"]))
+        assert client.get_job(job_id).fingerprint == vector["fingerprint"], vector["request"]
+
+
+def test_canonical_json_spelling():
+    assert canonical_json({"b": 1, "a": [1.50, None, True], "é": "\n", "B": 1e16}) == \
+        '{"B":10000000000000000,"a":[1.5,null,true],"b":1,"é":"\\n"}'
+    assert canonical_json(-0.0) == "0.0"
+    assert canonical_json("\x01\x7f\u2028") == '"\\u0001\x7f\u2028"'

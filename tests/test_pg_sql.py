@@ -1,0 +1,212 @@
+"""The SQL surface as a service in another language sees it: raw SQL calls,
+untyped literals, SQLSTATEs, notifications and admission (CONTRACT §2, §3, §6)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+import fenceq
+
+SNAPSHOT = ("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) FROM ("
+            " SELECT row_to_json(j)::text AS t FROM fenceq._jobs j UNION ALL"
+            " SELECT row_to_json(s)::text FROM fenceq._submissions s UNION ALL"
+            " SELECT row_to_json(c)::text FROM fenceq._claims c UNION ALL"
+            " SELECT row_to_json(q)::text FROM fenceq._queues q UNION ALL"
+            " SELECT row_to_json(d)::text FROM fenceq._dead_letters d) AS x")
+
+FENCE = "'job-1', 'w', 1, 'nonce-7f3a'"
+BAD_CALLS = [
+    ("SELECT fenceq.create_queue('')", "QF102"),
+    ("SELECT fenceq.create_queue('q2', lease => '1 day')", "QF105"),
+    ("SELECT fenceq.create_queue('q2', lease => '1 month')", "QF105"),
+    ("SELECT fenceq.create_queue('q2', lease => '-1 second')", "QF105"),
+    ("SELECT fenceq.create_queue('q2', max_attempts => 0)", "QF104"),
+    ("SELECT fenceq.create_queue('q2', backoff_factor => 'NaN')", "QF104"),
+    ("SELECT fenceq.create_queue('q2', backoff_factor => 'Infinity')", "QF104"),
+    ("SELECT fenceq.create_queue('q2', backoff_base => '2 hours')", "QF105"),
+    ("SELECT fenceq.create_queue('q', max_attempts => 9)", "QF100"),
+    ("SELECT fenceq.alter_queue('q', backoff_factor => 0.5)", "QF104"),
+    ("SELECT fenceq.alter_queue('nope')", "QF101"),
+    ("SELECT fenceq.pause_queue(NULL)", "QF102"),
+    ("SELECT fenceq.set_queue_notify('q', NULL)", "QF100"),
+    ("SELECT fenceq.submit('q', NULL)", "QF102"),
+    ("SELECT fenceq.submit('q', repeat('x', 256))", "QF102"),
+    ("SELECT fenceq.submit('q', 't', job_id => repeat('j', 37))", "QF102"),
+    ("SELECT fenceq.submit('q', 't', job_id => 'job-1')", "QF203"),
+    ("SELECT fenceq.submit('q', 't', max_attempts => 0)", "QF104"),
+    ("SELECT fenceq.submit('q', 't', run_at => 'infinity')", "QF105"),
+    ("SELECT fenceq.submit('q', 't', run_at => '10000-01-01 00:00:00+00')", "QF105"),
+    ("SELECT fenceq.submit('q', 't', payload => jsonb_build_object('x', repeat('y', 1048576)))", "QF103"),
+    ("SELECT fenceq.submit('nope', 't')", "QF101"),
+    ("SELECT fenceq.submit('q', 't', payload => '{\"x\": 1}', submission_id => 'sub-1')", "QF201"),
+    ("SELECT fenceq.submit('q', 't', active_key => 'busy')", "QF202"),
+    ("SELECT fenceq.submit_batch('q', '{}')", "QF100"),
+    ("SELECT fenceq.submit_batch('q', '[1]')", "QF100"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"queue\": \"q\"}]')", "QF100"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": 1}]')", "QF102"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"priority\": 1.5}]')", "QF104"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"priority\": true}]')", "QF104"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"max_attempts\": 4294967296}]')", "QF104"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"run_at\": \"2030-01-01T00:00:00\"}]')", "QF105"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"run_at\": \"2030-02-30T00:00:00Z\"}]')", "QF105"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"run_at\": \"tomorrow\"}]')", "QF105"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"force\": \"yes\"}]')", "QF100"),
+    ("SELECT fenceq.submit_batch('nope', '[]')", "QF101"),
+    ("SELECT * FROM fenceq.claim_next('{}', 'w', 'nonce-new')", "QF100"),
+    ("SELECT * FROM fenceq.claim_next(NULL, 'w', 'nonce-new')", "QF100"),
+    ("SELECT * FROM fenceq.claim_next('{q,NULL}', 'w', 'nonce-new')", "QF102"),
+    ("SELECT * FROM fenceq.claim_next('{q,nope}', 'w', 'nonce-new')", "QF101"),
+    ("SELECT * FROM fenceq.claim_next('{q}', '', 'nonce-new')", "QF102"),
+    ("SELECT * FROM fenceq.claim_next('{q}', 'w', NULL)", "QF102"),
+    ("SELECT * FROM fenceq.claim_next('{q}', 'w', 'nonce-new', lease => '0 seconds')", "QF105"),
+    ("SELECT * FROM fenceq.claim_next('{q}', 'w', 'nonce-new', budget => '1 day')", "QF105"),
+    ("SELECT * FROM fenceq.claim_next('{q}', 'w', 'nonce-7f3a')", "QF301"),
+    ("SELECT * FROM fenceq.claim_batch('{q}', 'w', '{a,a}')", "QF301"),
+    ("SELECT * FROM fenceq.claim_batch('{q}', 'w', '{a,nonce-7f3a}')", "QF301"),
+    ("SELECT * FROM fenceq.recover_claim('w', '')", "QF102"),
+    (f"SELECT fenceq.heartbeat('job-1', 'w', 0, 'nonce-7f3a')", "QF106"),
+    (f"SELECT fenceq.heartbeat({FENCE}, lease => '1 day')", "QF105"),
+    ("SELECT fenceq.heartbeat(NULL, 'w', 1, 'nonce-7f3a')", "QF106"),
+    ("SELECT fenceq.heartbeat_batch('{a}', '{w,w}', '{1}', '{t}')", "QF100"),
+    ("SELECT fenceq.heartbeat_batch('{a}', '{w}', '{0}', '{t}')", "QF106"),
+    ("SELECT fenceq.complete('', 'w', 1, 'nonce-7f3a')", "QF106"),
+    ("SELECT fenceq.complete_batch('{a}', '{w}', '{1}', '{t}', ARRAY['1','2']::jsonb[])", "QF100"),
+    (f"SELECT fenceq.fail({FENCE}, NULL)", "QF100"),
+    (f"SELECT fenceq.fail({FENCE}, 'e', retry => NULL)", "QF100"),
+    (f"SELECT fenceq.fail({FENCE}, 'e', retry_at => '-infinity')", "QF105"),
+    (f"SELECT fenceq.release({FENCE}, run_at => 'infinity')", "QF105"),
+    (f"SELECT fenceq.checkpoint({FENCE}, '', '1')", "QF102"),
+    (f"SELECT fenceq.checkpoint({FENCE}, 's', 'null')", "QF103"),
+    (f"SELECT fenceq.checkpoint({FENCE}, 's', NULL)", "QF103"),
+    (f"SELECT fenceq.set_pid({FENCE}, 0)", "QF104"),
+    ("SELECT * FROM fenceq.claim_state('job-1', 'w', -1, 'nonce-7f3a')", "QF106"),
+    ("SELECT fenceq.acknowledge_cancel('job-1', 'w', 1, '')", "QF106"),
+    ("SELECT * FROM fenceq.reap(0)", "QF104"),
+    ("SELECT fenceq.cancel(NULL)", "QF102"),
+    ("SELECT fenceq.cancel('job-1', NULL)", "QF100"),
+    ("SELECT * FROM fenceq.get_job('')", "QF102"),
+    ("SELECT fenceq.purge(NULL)", "QF105"),
+    ("SELECT fenceq.purge('1 day')", "QF105"),
+    ("SELECT fenceq.purge('1 second', 0)", "QF104"),
+    ("SELECT fenceq.replay_dead_letter('ABCDEF')", "QF102"),
+    ("SELECT fenceq.discard_dead_letter(NULL)", "QF102"),
+    ("SELECT fenceq.submit('q', 't', priority => 2147483648)", "42883"),
+    ("SELECT fenceq.submit('q', 't', payload => '{bad json')", "22P02"),
+]
+
+
+@pytest.fixture
+def seeded(pg):
+    with pg.connect() as client:
+        client.create_queue("q")
+        client.submit("q", "t", job_id="job-1", submission_id="sub-1")
+        client.submit("q", "t", active_key="busy")
+        client.claim_next(["q"], "w", "nonce-7f3a")
+    return pg
+
+
+@pytest.mark.parametrize("statement, sqlstate", BAD_CALLS, ids=[s for s, _ in BAD_CALLS])
+def test_bad_sql_call_raises_its_code_and_changes_nothing(seeded, statement, sqlstate):
+    before = seeded.sql(SNAPSHOT)
+    with psycopg.connect(seeded.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(statement)
+    assert info.value.sqlstate == sqlstate, (info.value.sqlstate, info.value.diag.message_primary)
+    assert seeded.sql(SNAPSHOT) == before
+    message = info.value.diag.message_primary or ""
+    for secret in ("nonce-7f3a", "sub-1", "busy", "job-1"):
+        assert secret not in message
+
+
+def test_batch_errors_name_the_index_in_detail(seeded):
+    with psycopg.connect(seeded.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SELECT fenceq.submit_batch('q', '[{\"task\":\"a\"},{\"task\":\"b\",\"job_id\":\"job-1\"}]')")
+    assert info.value.sqlstate == "QF203"
+    assert info.value.diag.message_detail == "request index 1"
+
+
+def test_untyped_literals_resolve_to_exactly_one_function(seeded):
+    rows = seeded.sql("SELECT p.proname, count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                      " WHERE n.nspname = 'fenceq' GROUP BY p.proname HAVING count(*) > 1")
+    assert rows == []
+    with psycopg.connect(seeded.url, autocommit=True) as conn:
+        job_id = conn.execute("SELECT fenceq.submit('q', 'lit', '{\"a\": 1}', 'sub-lit', NULL, 3)").fetchone()[0]
+        row = conn.execute("SELECT job_id, generation FROM fenceq.claim_next(queues => '{q}', owner_id => 'w2',"
+                           " claim_token => 'nonce-2', lease => '10 seconds')").fetchone()
+        assert row[1] == 1
+        assert conn.execute("SELECT fenceq.complete(job_id => %s, owner_id => 'w2', generation => 1,"
+                            " claim_token => 'nonce-2', result => '{\"ok\": true}')", (row[0],)).fetchone()[0] is True
+        assert job_id
+
+
+def test_storage_that_changes_the_claim_identity_rolls_the_claim_back(seeded):
+    seeded.sql("""
+        CREATE FUNCTION public.fold_owner() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN NEW.owner_id := lower(NEW.owner_id); RETURN NEW; END $$;
+        CREATE TRIGGER fold BEFORE UPDATE ON fenceq._jobs FOR EACH ROW EXECUTE FUNCTION public.fold_owner();
+    """)
+    with seeded.connect() as client:
+        client.submit("q", "t2")
+        before = seeded.sql(SNAPSHOT)
+        with pytest.raises(fenceq.ClaimConflict) as info:
+            client.claim_next(["q"], "Worker", fenceq.new_claim_token())
+        assert info.value.sqlstate == "QF302"
+        assert seeded.sql(SNAPSHOT) == before
+        assert {c.check_name: c.ok for c in client.verify_schema()}["no_triggers"] is False
+
+
+def test_generation_exhausted(seeded):
+    with seeded.connect() as client:
+        job_id = client.submit("q", "t3", priority=9)
+        seeded.sql("UPDATE fenceq._jobs SET generation = 9223372036854775807 WHERE job_id = %s", (job_id,))
+        with pytest.raises(fenceq.ClaimConflict) as info:
+            client.claim_next(["q"], "w", fenceq.new_claim_token())
+        assert info.value.sqlstate == "QF303"
+
+
+def _notifications(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    return [(n.channel, n.payload) for n in conn.notifies(timeout=0.3, stop_after=10)]
+
+
+def test_notifications(seeded):
+    with psycopg.connect(seeded.url, autocommit=True) as listener, seeded.connect() as client:
+        listener.execute("LISTEN fenceq_jobs")
+        listener.execute("LISTEN fenceq_control")
+        job_id = client.submit("q", "t")
+        assert _notifications(listener) == [("fenceq_jobs", "q")]
+        client.set_queue_notify("q", False)
+        client.submit("q", "t")
+        assert _notifications(listener) == []
+        client.set_queue_notify("q", True)
+        assert client.cancel(job_id) == "cancelled"
+        assert _notifications(listener) == [("fenceq_control", job_id)]
+        old = client.submit("q", "t", active_key="k")
+        _notifications(listener)
+        client.submit("q", "t", active_key="k", force=True)
+        assert set(_notifications(listener)) == {("fenceq_control", old), ("fenceq_jobs", "q")}
+        client.pause_queue("q")
+        client.resume_queue("q")
+        assert _notifications(listener) == [("fenceq_jobs", "q")]
+
+
+def test_every_function_has_a_comment_and_is_locked_down(seeded):
+    rows = seeded.sql("""
+        SELECT p.proname, obj_description(p.oid, 'pg_proc') IS NOT NULL, p.prosecdef, p.proconfig
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fenceq'""")
+    assert len(rows) > 30
+    for name, commented, definer, config in rows:
+        assert commented and definer, name
+        assert config == ["search_path=pg_catalog, fenceq, pg_temp"], name
+
+
+def test_verify_schema_refuses_tampering(seeded):
+    seeded.sql("DROP INDEX fenceq._jobs_active_key_idx")  # not an identity index: still fine
+    seeded.sql('ALTER TABLE fenceq._claims DROP CONSTRAINT _claims_pkey')
+    seeded.sql('CREATE UNIQUE INDEX ON fenceq._claims (claim_token) WHERE job_id IS NOT NULL')
+    seeded.sql("ALTER TABLE fenceq._jobs ALTER COLUMN generation SET DEFAULT 1")
+    seeded.sql("GRANT EXECUTE ON FUNCTION fenceq.version() TO PUBLIC")
+    with seeded.connect() as client:
+        failed = {c.check_name for c in client.verify_schema() if not c.ok}
+    assert failed == {"claim_token_unique", "defaults", "no_public_execute"}
