@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test bench sql demo pg-start pg-stop clean
+.PHONY: install test bench sql demo docs pg-start pg-stop clean
 
 install: $(VENV)/.installed
 
@@ -36,3 +36,6 @@ demo: install
 
 clean:
 	rm -rf $(VENV) build-fenceq-*.sql
+
+docs: install
+	$(BIN)/python scripts/gen-docs

@@ -111,3 +111,19 @@ def translate(sqlstate: str | None, message: str | None = None, detail: str | No
         return ConfigError("fenceq: no such function for these arguments",
                            reason="invalid_request", sqlstate=sqlstate)
     return PersistenceFailed()
+
+
+def markdown_table() -> str:
+    """The error-code table for the docs, generated from sql/errcodes.tsv."""
+    lines = ["| SQLSTATE | reason | package code | when |", "|---|---|---|---|"]
+    lines += [f"| {i.sqlstate} | {i.reason} | {i.code.value} | {i.meaning} |" for i in CODES.values()]
+    lines += [
+        "| class 22 (e.g. 22P02: an argument the database rejects before fenceq runs) "
+        "| invalid_request | CONFIG | Malformed literal for a parameter's type. |",
+        "| 42501 | permission_denied | CONFIG | The role may not call this function. |",
+        "| 42883 | invalid_request | CONFIG | No function matches these argument names or types. |",
+        "| anything else (lost connection, uncertain commit, 40001, 40P01, 57P01, server error) "
+        "| unavailable | QUEUE_PERSISTENCE_FAILED | The outcome is unknown: retry the same submission, "
+        "or recover_claim with the same token. |",
+    ]
+    return "\n".join(lines)
