@@ -34,7 +34,9 @@ def install_fenceq(**kwargs: Any) -> None:
 
 
 postgresql_noproc = factories.postgresql_noproc(
-    host="127.0.0.1", port=PG_PORT, user="postgres", dbname="fenceq_test", load=[install_fenceq])
+    host="127.0.0.1", port=PG_PORT, user="postgres",
+    # Per test run, so that concurrent runs against one server never collide.
+    dbname=f"fenceq_test_{os.getpid()}", load=[install_fenceq])
 postgresql = factories.postgresql("postgresql_noproc")
 
 
