@@ -192,3 +192,19 @@ def test_reapers_running_at_once_never_count_a_row_twice(pg):
 
     with ThreadPoolExecutor(4) as pool:
         assert sum(pool.map(reap, range(4))) == 60
+
+
+def test_batches_with_shared_identities_in_opposite_orders_do_not_deadlock(pg):
+    with pg.connect() as client:
+        client.create_queue("q")
+
+    def submit(reverse: bool) -> None:
+        with pg.connect() as c:
+            for i in range(40):
+                requests = [{"task": "t", "active_key": key, "force": True} for key in ("k1", "k2", "k3")]
+                c.submit_batch("q", requests[::-1] if reverse else requests)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(submit, [False, True]))
+    rows = pg.sql("SELECT active_key, count(*) FROM fenceq._jobs WHERE status = 'pending' GROUP BY 1 ORDER BY 1")
+    assert rows == [("k1", 1), ("k2", 1), ("k3", 1)]

@@ -86,9 +86,15 @@ BAD_CALLS = [
     ("SELECT fenceq.cancel(NULL)", "QF102"),
     ("SELECT fenceq.cancel('job-1', NULL)", "QF100"),
     ("SELECT * FROM fenceq.get_job('')", "QF102"),
-    ("SELECT fenceq.purge(NULL)", "QF105"),
+    ("SELECT fenceq.purge(NULL)", "QF100"),
     ("SELECT fenceq.purge('1 day')", "QF105"),
     ("SELECT fenceq.purge('1 second', 0)", "QF104"),
+    ("SELECT fenceq.purge('100000000 hours')", "QF105"),
+    ("SELECT fenceq.create_queue('q2', lease => '100000000 hours')", "QF105"),
+    ("SELECT fenceq.create_queue('q2', backoff_base => '2562047000 hours', backoff_max => '2562047000 hours')",
+     "QF105"),
+    ("SELECT * FROM fenceq.claim_next('{q}', 'w', 'nonce-new', budget => '100000000 hours')", "QF105"),
+    ("SELECT fenceq.complete_batch('{a}', '{{w}}', '{1}', '{t}')", "QF106"),
     ("SELECT fenceq.replay_dead_letter('ABCDEF')", "QF102"),
     ("SELECT fenceq.discard_dead_letter(NULL)", "QF102"),
     ("SELECT fenceq.submit('q', 't', priority => 2147483648)", "42883"),
@@ -202,11 +208,51 @@ def test_every_function_has_a_comment_and_is_locked_down(seeded):
 
 
 def test_verify_schema_refuses_tampering(seeded):
-    seeded.sql("DROP INDEX fenceq._jobs_active_key_idx")  # not an identity index: still fine
+    seeded.sql("DROP INDEX fenceq._jobs_active_key_idx")
     seeded.sql('ALTER TABLE fenceq._claims DROP CONSTRAINT _claims_pkey')
     seeded.sql('CREATE UNIQUE INDEX ON fenceq._claims (claim_token) WHERE job_id IS NOT NULL')
     seeded.sql("ALTER TABLE fenceq._jobs ALTER COLUMN generation SET DEFAULT 1")
     seeded.sql("GRANT EXECUTE ON FUNCTION fenceq.version() TO PUBLIC")
     with seeded.connect() as client:
         failed = {c.check_name for c in client.verify_schema() if not c.ok}
-    assert failed == {"claim_token_unique", "defaults", "no_public_execute"}
+    assert failed == {"active_key_unique", "claim_token_unique", "defaults", "no_public_execute"}
+
+
+def test_verify_schema_checks_the_public_shapes(seeded):
+    seeded.sql("CREATE OR REPLACE VIEW fenceq.attempts AS SELECT job_id, generation, owner_id,"
+               " claimed_at, claimed_at AS appended FROM fenceq._claims")  # appending is allowed
+    with seeded.connect() as client:
+        assert all(c.ok for c in client.verify_schema())
+    seeded.sql("DROP VIEW fenceq.attempts")
+    seeded.sql("CREATE VIEW fenceq.attempts AS SELECT generation, job_id, owner_id, claimed_at FROM fenceq._claims")
+    seeded.sql("ALTER VIEW fenceq.attempts OWNER TO fenceq_owner")
+    with seeded.connect() as client:
+        assert {c.check_name for c in client.verify_schema() if not c.ok} == {"public_shapes"}
+
+
+def test_complete_batch_results_follow_their_fences_whatever_the_array_bounds(seeded):
+    with seeded.connect() as client:
+        client.submit_batch("q", [{"task": "a"}, {"task": "b"}])
+        claims = client.claim_batch(["q"], "w2", [fenceq.new_claim_token(), fenceq.new_claim_token()])
+    ids = [c.job_id for c in claims]
+    with psycopg.connect(seeded.url, autocommit=True) as conn:
+        answer = conn.execute(
+            "SELECT fenceq.complete_batch(%s, %s, %s, %s, '[0:1]={\"\\\"first\\\"\",\"\\\"second\\\"\"}'::jsonb[])",
+            (ids, ["w2", "w2"], [c.generation for c in claims], [c.claim_token for c in claims])).fetchone()[0]
+        assert answer == [True, True]
+        results = dict(conn.execute("SELECT job_id, result FROM fenceq.jobs WHERE job_id = ANY(%s)", (ids,)))
+    assert [results[i] for i in ids] == ["first", "second"]
+
+
+def test_replaying_a_dead_letter_whose_key_is_taken_is_qf202(seeded):
+    with seeded.connect() as client:
+        client.create_queue("dlq", max_attempts=1)
+        job_id = client.submit("dlq", "t", active_key="k")
+        client.fail(client.claim_next(["dlq"], "w", fenceq.new_claim_token()).fence, "boom")
+        client.submit("dlq", "t", active_key="k")
+        dlq_id = client.get_job(job_id).dlq_id
+        before = seeded.sql(SNAPSHOT)
+        with pytest.raises(fenceq.SubmissionConflict) as info:
+            client.replay_dead_letter(dlq_id)
+        assert info.value.sqlstate == "QF202"
+        assert seeded.sql(SNAPSHOT) == before

@@ -95,7 +95,7 @@ def duration(value: Any, what: str, *, allow_zero: bool = False, nullable: bool 
     if value is None:
         if nullable:
             return None
-        raise config_error("QF105", f"{what} is required")
+        raise config_error("QF100", f"{what} is required")
     if not isinstance(value, timedelta):
         raise config_error("QF105", f"{what} must be a datetime.timedelta")
     if value < timedelta(0) or (value == timedelta(0) and not allow_zero):

@@ -99,19 +99,25 @@ $$;
 COMMENT ON FUNCTION fenceq._check_fence(text, text, bigint, text) IS
     'Private. Refuse (QF106) a fence with an empty or over-long part or a generation below 1.';
 
--- _check_interval: a duration must be positive (or >= 0 when allow_zero) and
--- have no month or day part, so no daylight-saving arithmetic applies.
+-- _check_interval: a duration must be positive (or >= 0 when allow_zero),
+-- have no month or day part (so no daylight-saving arithmetic applies), and
+-- be short enough that now + value (or, with backwards, now - value) stays
+-- within years 0001-9999, so no timestamp computed from it can overflow.
+-- A missing required duration is QF100; a bad one QF105.
 CREATE OR REPLACE FUNCTION fenceq._check_interval(
-    value interval, what text, allow_zero boolean DEFAULT false, nullable boolean DEFAULT true)
+    value interval, what text, allow_zero boolean DEFAULT false, nullable boolean DEFAULT true,
+    backwards boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
+DECLARE
+    v_limit interval;
 BEGIN
     IF _check_interval.value IS NULL THEN
         IF NOT _check_interval.nullable THEN
-            PERFORM fenceq._raise('QF105', _check_interval.what || ' is required');
+            PERFORM fenceq._raise('QF100', _check_interval.what || ' is required');
         END IF;
         RETURN;
     END IF;
@@ -125,10 +131,16 @@ BEGIN
         PERFORM fenceq._raise('QF105', _check_interval.what
             || CASE WHEN _check_interval.allow_zero THEN ' must not be negative' ELSE ' must be positive' END);
     END IF;
+    v_limit := CASE WHEN _check_interval.backwards
+                    THEN clock_timestamp() - timestamptz '0001-01-01 00:00:00+00'
+                    ELSE timestamptz '9999-12-31 23:59:59.999999+00' - clock_timestamp() END;
+    IF _check_interval.value > v_limit THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' reaches beyond years 0001-9999');
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION fenceq._check_interval(interval, text, boolean, boolean) IS
-    'Private. Refuse (QF105) a negative or zero interval, or one with month or day parts.';
+COMMENT ON FUNCTION fenceq._check_interval(interval, text, boolean, boolean, boolean) IS
+    'Private. Refuse (QF105) a negative or zero interval, one with month or day parts, or one reaching past years 0001-9999; QF100 when a required one is missing.';
 
 -- _check_time: timestamps must be finite and within years 0001-9999 UTC.
 CREATE OR REPLACE FUNCTION fenceq._check_time(value timestamptz, what text)
@@ -158,13 +170,19 @@ IMMUTABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
+    -- Scalars are spelled inline; only nested containers recurse (one call
+    -- per container, not per node: calls are what a large payload costs).
     SELECT CASE jsonb_typeof(_canonical_json.value)
         WHEN 'object' THEN '{' || coalesce((
-            SELECT string_agg(to_json(e.key)::text || ':' || fenceq._canonical_json(e.value),
-                              ',' ORDER BY e.key COLLATE "C")
+            SELECT string_agg(to_json(e.key)::text || ':' ||
+                       CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
+                            THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
+                   ',' ORDER BY e.key COLLATE "C")
             FROM jsonb_each(_canonical_json.value) AS e), '') || '}'
         WHEN 'array' THEN '[' || coalesce((
-            SELECT string_agg(fenceq._canonical_json(a.value), ',' ORDER BY a.ordinality)
+            SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
+                                   THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
+                   ',' ORDER BY a.ordinality)
             FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']'
         ELSE coalesce(_canonical_json.value::text, 'null')
     END
@@ -196,7 +214,7 @@ COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
 CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)
 RETURNS text
 LANGUAGE sql
-IMMUTABLE
+STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
@@ -213,7 +231,7 @@ CREATE OR REPLACE FUNCTION fenceq._fingerprint(
     max_attempts integer, active_key text, force boolean)
 RETURNS text
 LANGUAGE sql
-IMMUTABLE
+STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
@@ -277,3 +295,45 @@ END
 $$;
 COMMENT ON FUNCTION fenceq._notify_jobs(text) IS
     'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
+
+-- _lock_identities: take transaction-scoped advisory locks on identity keys
+-- (active keys, explicit job ids, submission ids) in one global order (by
+-- hash), so that submits and batches touching the same identities serialise
+-- instead of deadlocking, whatever order their requests come in.
+CREATE OR REPLACE FUNCTION fenceq._lock_identities(keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    FOR v_key IN
+        SELECT DISTINCT hashtextextended(k.key, 0)
+          FROM unnest(_lock_identities.keys) AS k(key)
+         WHERE k.key IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_key);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_identities(text[]) IS
+    'Private. Advisory transaction locks on identity keys, taken in hash order so concurrent submits never deadlock.';
+
+-- _identity_keys: the lock keys of one submission (see _lock_identities).
+CREATE OR REPLACE FUNCTION fenceq._identity_keys(
+    queue text, active_key text, job_id text, submission_id text)
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+    SELECT ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
+                 'fenceq.job:' || _identity_keys.job_id,
+                 'fenceq.submission:' || _identity_keys.submission_id]
+$$;
+COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
+    'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';

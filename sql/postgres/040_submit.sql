@@ -3,13 +3,16 @@
 -- _submit: the body of submit, shared by submit_batch.
 --
 -- Order of work, and why:
---  1. validate everything (QF1xx) and read the queue (QF101);
+--  1. validate everything (QF1xx), read the queue (QF101), and lock the
+--     request's identities (active key, explicit job id, submission id) in
+--     hash order, so concurrent submits serialise instead of deadlocking;
 --  2. exact replay of a retained submission identity returns the original
 --     job id; changed content raises QF201 before anything changes;
 --  3. an explicit job id reserved by another job, live or purged: QF203;
 --  4. the submission identity is reserved *before* any predecessor is
---     touched: a concurrent identical request waits on that row, then
---     replays, so retrying an old force request never cancels a successor;
+--     touched: a concurrent identical request waits (on the identity's
+--     advisory lock, then on that row), then replays, so retrying an old
+--     force request never cancels a successor;
 --  5. the job is inserted with ON CONFLICT DO NOTHING; on a conflict the
 --     active-key holder is locked, and with force cancelled (its fence dies),
 --     then the insert is tried again. No raw unique violation escapes.
@@ -50,6 +53,11 @@ BEGIN
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    IF coalesce(_submit.submission_id, _submit.job_id, _submit.active_key) IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(_submit.queue, _submit.active_key,
+                                                              _submit.job_id, _submit.submission_id));
     END IF;
 
     IF _submit.submission_id IS NOT NULL THEN
@@ -211,7 +219,7 @@ COMMENT ON FUNCTION fenceq._json_int(jsonb, text) IS
 CREATE OR REPLACE FUNCTION fenceq._json_time(value jsonb, what text)
 RETURNS timestamptz
 LANGUAGE plpgsql
-IMMUTABLE
+STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
@@ -275,7 +283,8 @@ COMMENT ON FUNCTION fenceq._json_bool(jsonb, text) IS
 -- nothing. requests is a JSON array of objects keyed by submit's parameter
 -- names (except queue). Job ids come back in input order. A failure names
 -- the element's index (from 0) in DETAIL, never its content.
--- Locking and idempotency: as submit, per element, in input order.
+-- Locking: every identity of the batch is locked first, in one global
+-- order; then elements run in input order. Idempotency: as submit.
 CREATE OR REPLACE FUNCTION fenceq.submit_batch(queue text, requests jsonb)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -298,6 +307,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = submit_batch.queue) THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
     END IF;
+    -- Lock every identity of the batch up front, in the one global order.
+    PERFORM fenceq._lock_identities(ARRAY(
+        SELECT k.key
+          FROM jsonb_array_elements(submit_batch.requests) AS r,
+               unnest(fenceq._identity_keys(submit_batch.queue, r.value ->> 'active_key',
+                                            r.value ->> 'job_id', r.value ->> 'submission_id')) AS k(key)
+         WHERE jsonb_typeof(r.value) = 'object'));
     FOR v_request, v_index IN
         SELECT r.value, r.ordinality - 1
           FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r

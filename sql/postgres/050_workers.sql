@@ -257,7 +257,8 @@ BEGIN
        OR coalesce(cardinality(_check_batch.claim_tokens), -1) <> v_count THEN
         PERFORM fenceq._raise('QF100', 'fence arrays must be non-NULL, of equal length, with at most 10000 elements');
     END IF;
-    IF v_count > 0 AND (array_ndims(_check_batch.job_ids) <> 1 OR EXISTS (
+    IF v_count > 0 AND (array_ndims(_check_batch.job_ids) <> 1 OR array_ndims(_check_batch.owner_ids) <> 1
+        OR array_ndims(_check_batch.generations) <> 1 OR array_ndims(_check_batch.claim_tokens) <> 1 OR EXISTS (
         SELECT 1 FROM unnest(_check_batch.job_ids, _check_batch.owner_ids,
                              _check_batch.generations, _check_batch.claim_tokens) AS f(j, o, g, t)
          WHERE f.j IS NULL OR length(f.j) NOT BETWEEN 1 AND 36
@@ -357,7 +358,8 @@ DECLARE
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
-    IF complete_batch.results IS NOT NULL AND cardinality(complete_batch.results) <> v_count THEN
+    IF complete_batch.results IS NOT NULL AND (cardinality(complete_batch.results) <> v_count
+        OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
         PERFORM fenceq._raise('QF100', 'results must have one element per fence');
     END IF;
     v_answers := array_fill(NULL::boolean, ARRAY[v_count]);
@@ -369,7 +371,7 @@ BEGIN
          ORDER BY f.j COLLATE "C", f.i
     LOOP
         v_answers[v_fence.i] := fenceq.complete(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
-                                                complete_batch.results[v_fence.i]);
+            complete_batch.results[array_lower(complete_batch.results, 1) + v_fence.i - 1]);
     END LOOP;
     RETURN v_answers;
 END
@@ -416,8 +418,9 @@ DECLARE
 BEGIN
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
     IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
-        v_run_at := coalesce(_retry_or_fail.retry_at, _retry_or_fail.now + fenceq._backoff(
-            (_retry_or_fail.job).attempts, v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max));
+        v_run_at := coalesce(_retry_or_fail.retry_at, least(_retry_or_fail.now + fenceq._backoff(
+            (_retry_or_fail.job).attempts, v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max),
+            timestamptz '9999-12-31 23:59:59.999999+00'));
         UPDATE fenceq._jobs AS j
            SET status = 'pending', run_at = v_run_at, last_error = v_error,
                owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
@@ -667,14 +670,18 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
     v_left integer := reap.max_rows;
+    v_cutoff timestamptz;
 BEGIN
     IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
         PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
     END IF;
     requeued := 0; failed := 0; cancelled := 0; expired := 0;
+    -- A variable, not clock_timestamp() inline: a volatile call cannot be an
+    -- index condition. Each row is re-judged on a fresh reading after its lock.
+    v_cutoff := clock_timestamp();
     FOR v_job IN
         SELECT j.* FROM fenceq._jobs AS j
-         WHERE j.status = 'claimed' AND j.lease_expires_at <= clock_timestamp()
+         WHERE j.status = 'claimed' AND j.lease_expires_at <= v_cutoff
          ORDER BY j.lease_expires_at
          LIMIT v_left
            FOR UPDATE SKIP LOCKED
@@ -693,9 +700,10 @@ BEGIN
         END IF;
     END LOOP;
     IF v_left > 0 THEN
+        v_cutoff := clock_timestamp();
         WITH overdue AS (
             SELECT j.job_id FROM fenceq._jobs AS j
-             WHERE j.status = 'pending' AND j.expires_at <= clock_timestamp()
+             WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
              ORDER BY j.expires_at
              LIMIT v_left
                FOR UPDATE SKIP LOCKED)

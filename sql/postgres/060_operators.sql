@@ -87,7 +87,7 @@ CREATE OR REPLACE VIEW fenceq.dead_letters AS
 SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts, d.failed_at,
        d.replayed_at, d.discarded_at
   FROM fenceq._dead_letters AS d;
-COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed until its job is purged.';
+COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed.';
 
 -- get_job: one job from fenceq.jobs, or no row.
 CREATE OR REPLACE FUNCTION fenceq.get_job(job_id text)
@@ -106,10 +106,12 @@ $$;
 COMMENT ON FUNCTION fenceq.get_job(text) IS 'One job as fenceq.jobs shows it, or no row.';
 
 -- purge: delete terminal jobs finished before now - older_than, oldest first,
--- at most max_rows, with their checkpoints, claim ledger rows and handled
--- dead letters. Jobs with an unhandled dead letter are kept. Submission
+-- at most max_rows, with their checkpoints and claim ledger rows (their
+-- tokens are forgotten). Jobs with a dead letter that is neither replayed nor
+-- discarded are kept; handled dead letters stay listed. Submission
 -- identities outlive the purge unless submissions_older_than is given: then
--- identities older than that whose jobs are gone are forgotten too.
+-- up to max_rows identities older than that whose jobs are gone are
+-- forgotten too, and replaying such a request creates a new job.
 -- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
 CREATE OR REPLACE FUNCTION fenceq.purge(
     older_than interval, max_rows integer DEFAULT 10000,
@@ -122,15 +124,20 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_ids text[];
+    v_cutoff timestamptz;
 BEGIN
-    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true, nullable => false);
-    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than', allow_zero => true);
+    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
+                                   nullable => false, backwards => true);
+    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than',
+                                   allow_zero => true, backwards => true);
     IF purge.max_rows IS NULL OR purge.max_rows < 1 THEN
         PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
     END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp() - purge.older_than;
     SELECT coalesce(array_agg(t.job_id), '{}') INTO v_ids FROM (
         SELECT j.job_id FROM fenceq._jobs AS j
-         WHERE j.finished_at < clock_timestamp() - purge.older_than
+         WHERE j.finished_at < v_cutoff
            AND j.status IN ('completed', 'failed', 'cancelled', 'expired')
            AND NOT EXISTS (SELECT 1 FROM fenceq._dead_letters AS d
                             WHERE d.job_id = j.job_id
@@ -140,22 +147,26 @@ BEGIN
            FOR UPDATE SKIP LOCKED) AS t;
     DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
     DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
-    DELETE FROM fenceq._dead_letters AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
     IF purge.submissions_older_than IS NOT NULL THEN
+        v_cutoff := clock_timestamp() - purge.submissions_older_than;
         DELETE FROM fenceq._submissions AS s
-         WHERE s.created_at < clock_timestamp() - purge.submissions_older_than
-           AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = s.job_id);
+         WHERE s.submission_id IN (
+            SELECT o.submission_id FROM fenceq._submissions AS o
+             WHERE o.created_at < v_cutoff
+               AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = o.job_id)
+             LIMIT purge.max_rows);
     END IF;
     RETURN cardinality(v_ids);
 END
 $$;
 COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
-    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows), keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints and ledger rows, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
 
 -- replay_dead_letter: put a dead-lettered job back to pending with a fresh
 -- attempt budget; its submission identity and generation history are kept.
--- Returns the job id; NULL for an unknown or already handled dead letter.
+-- Returns the job id; NULL for an unknown or already handled dead letter;
+-- QF202 when another active job now holds the job's active key.
 CREATE OR REPLACE FUNCTION fenceq.replay_dead_letter(dlq_id text)
 RETURNS text
 LANGUAGE plpgsql
@@ -165,6 +176,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_letter fenceq._dead_letters;
+    v_active_key text;
     v_now timestamptz;
 BEGIN
     IF replay_dead_letter.dlq_id IS NULL OR replay_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
@@ -174,6 +186,16 @@ BEGIN
      WHERE d.dlq_id = replay_dead_letter.dlq_id FOR UPDATE;
     IF NOT FOUND OR v_letter.replayed_at IS NOT NULL OR v_letter.discarded_at IS NOT NULL THEN
         RETURN NULL;
+    END IF;
+    -- The replayed job becomes active again: its active key must be free.
+    SELECT j.active_key INTO v_active_key FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id;
+    IF v_active_key IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(v_letter.queue, v_active_key, NULL, NULL));
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                    WHERE j.queue = v_letter.queue AND j.active_key = v_active_key
+                      AND j.status IN ('pending', 'claimed')) THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
     END IF;
     PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id FOR UPDATE;
     v_now := clock_timestamp();
@@ -191,7 +213,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq.replay_dead_letter(text) IS
-    'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter.';
+    'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
 
 -- discard_dead_letter: mark a dead letter handled without replaying it.
 -- True once; false for an unknown or already handled letter.

@@ -99,6 +99,51 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 
+    -- At most one active job per (queue, active_key) is arbitrated by this
+    -- exact partial unique index (submit relies on it in ON CONFLICT).
+    SELECT count(*) = 1 INTO ok
+      FROM pg_index AS i
+     WHERE i.indrelid = to_regclass('fenceq._jobs') AND i.indisunique AND i.indisvalid
+       AND i.indnatts = 2 AND i.indexprs IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+              FROM unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+           = ARRAY['queue', 'active_key']
+       AND pg_get_expr(i.indpred, i.indrelid)
+           = '((active_key IS NOT NULL) AND (status = ANY (ARRAY[''pending''::text, ''claimed''::text])))';
+    check_name := 'active_key_unique';
+    detail := CASE WHEN ok THEN 'partial unique index on _jobs (queue, active_key) for active jobs'
+                   ELSE 'needs the partial unique index on _jobs (queue, active_key) WHERE active' END;
+    RETURN NEXT;
+
+    -- The public shapes callers read: the claim type and the views, with
+    -- their columns in contract order (they are only ever appended to).
+    WITH expected(obj, cols) AS (VALUES
+        ('claim', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'attempt', 'max_attempts',
+                        'owner_id', 'generation', 'claim_token', 'lease_expires_at', 'budget_expires_at',
+                        'cancel_requested', 'submission_id', 'checkpoints']),
+        ('jobs', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'status', 'attempts',
+                       'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
+                       'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
+                       'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
+                       'created_at', 'finished_at']),
+        ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
+        ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
+                              'oldest_due_age', 'paused', 'notify']),
+        ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
+                               'failed_at', 'replayed_at', 'discarded_at']))
+    SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
+      FROM expected AS e
+     WHERE e.cols IS DISTINCT FROM (
+            SELECT (array_agg(a.attname::text ORDER BY a.attnum))[1:cardinality(e.cols)]
+              FROM pg_class AS c
+              JOIN pg_namespace AS n ON n.oid = c.relnamespace
+              JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+             WHERE n.nspname = 'fenceq' AND c.relname = e.obj AND c.relkind IN ('v', 'c'));
+    check_name := 'public_shapes'; ok := v_bad IS NULL;
+    detail := coalesce('missing or reordered columns: ' || v_bad, 'claim type and views as expected');
+    RETURN NEXT;
+
     -- No default may manufacture identity or an invalid state.
     WITH expected(tbl, col, def) AS (VALUES
         ('_jobs', 'job_id', NULL), ('_jobs', 'owner_id', NULL), ('_jobs', 'claim_token', NULL),
@@ -170,4 +215,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq.verify_schema() IS
-    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
+    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
