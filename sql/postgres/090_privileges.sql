@@ -58,6 +58,73 @@ REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 
+-- Group roles (CONTRACT §10), NOLOGIN; applications log in as their own
+-- roles and are granted one of these. Roles are cluster-wide: membership
+-- grants the same rights in every database of the cluster where fenceq is
+-- installed. An existing role of these names that can log in is refused.
+--   fenceq_producer: submit, submit_batch, get_job, version
+--   fenceq_worker:   the producer's rights, every fenced worker function,
+--                    reap, and the views
+--   fenceq_admin:    everything (queue settings, cancel, purge, dead
+--                    letters, verify_schema) and the views
+-- Private tables and _helpers are granted to nobody: everything goes
+-- through the SECURITY DEFINER functions.
+DO $$
+DECLARE
+    v_can_create boolean;
+    v_role text;
+    v_function text;
+    v_grants constant jsonb := jsonb_build_object(
+        'fenceq_producer', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version'),
+        'fenceq_worker', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version',
+            'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
+            'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
+            'acknowledge_cancel', 'reap'));
+BEGIN
+    SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
+    FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = v_role AND (r.rolcanlogin OR r.rolsuper)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'QF901',
+                MESSAGE = format('fenceq: role %s exists and can log in or is a superuser; refusing to use it', v_role);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = v_role) THEN
+            IF NOT v_can_create THEN
+                RAISE NOTICE 'fenceq: may not create role %; grant its rights by hand (docs/dba.md)', v_role;
+                CONTINUE;
+            END IF;
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object THEN
+                NULL;  -- created concurrently by an install in another database
+            END;
+        END IF;
+        EXECUTE format('GRANT USAGE ON SCHEMA fenceq TO %I', v_role);
+        IF v_role = 'fenceq_admin' THEN
+            FOR v_function IN
+                SELECT p.oid::regprocedure::text FROM pg_proc AS p
+                  JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'fenceq' AND p.proname NOT LIKE '\_%'
+            LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
+            END LOOP;
+        ELSE
+            FOR v_function IN
+                SELECT p.oid::regprocedure::text FROM pg_proc AS p
+                  JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'fenceq'
+                   AND p.proname IN (SELECT jsonb_array_elements_text(v_grants -> v_role))
+            LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
+            END LOOP;
+        END IF;
+        IF v_role <> 'fenceq_producer' THEN
+            EXECUTE format('GRANT SELECT ON fenceq.jobs, fenceq.attempts, fenceq.queue_stats, '
+                           'fenceq.dead_letters TO %I', v_role);
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- Admission: an install or migration refuses to finish on a schema that
 -- fails any verify_schema check (CONTRACT §3).
 DO $$

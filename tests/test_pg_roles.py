@@ -1,0 +1,147 @@
+"""Least privilege with real login roles (CONTRACT §10)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import psycopg
+import pytest
+
+import fenceq
+import fenceq.migrate
+
+
+@pytest.fixture
+def login(pg) -> Iterator:
+    """Create login roles that are members of a fenceq group role."""
+    created = []
+
+    def make(group: str) -> str:
+        name = f"app_{group.split('_')[1]}_{uuid.uuid4().hex[:8]}"
+        pg.sql(f"CREATE ROLE {name} LOGIN IN ROLE {group}")
+        created.append(name)
+        return pg.url.replace("postgres@", f"{name}@", 1)
+
+    yield make
+    for name in created:
+        pg.sql(f"DROP OWNED BY {name} CASCADE")
+        pg.sql(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def seeded(pg):
+    with pg.connect() as admin:
+        admin.create_queue("q")
+        admin.submit("q", "t")
+    return pg
+
+
+def _sqlstate(url: str, statement: str) -> str | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            conn.execute(statement)
+        except psycopg.Error as error:
+            return error.sqlstate
+    return None
+
+
+def test_group_roles_exist_without_login(pg):
+    rows = pg.sql("SELECT rolname, rolcanlogin, rolsuper FROM pg_roles WHERE rolname LIKE 'fenceq\\_%' ORDER BY 1")
+    assert rows == [("fenceq_admin", False, False), ("fenceq_owner", False, False),
+                    ("fenceq_producer", False, False), ("fenceq_worker", False, False)]
+
+
+def test_producer_submits_but_cannot_claim_or_administer(seeded, login):
+    url = login("fenceq_producer")
+    with fenceq.connect(url) as producer:
+        job_id = producer.submit("q", "t", {"n": 1}, submission_id="s")
+        assert producer.get_job(job_id).status == "pending"
+        assert producer.version() == "1"
+        with pytest.raises(fenceq.ConfigError) as info:
+            producer.claim_next(["q"], "w", fenceq.new_claim_token())
+        assert (info.value.sqlstate, info.value.reason) == ("42501", "permission_denied")
+        for forbidden in (lambda: producer.cancel(job_id), lambda: producer.create_queue("other"),
+                          lambda: producer.purge(__import__("datetime").timedelta(0)),
+                          lambda: producer.stats(), lambda: producer.verify_schema()):
+            with pytest.raises(fenceq.ConfigError) as info:
+                forbidden()
+            assert info.value.sqlstate == "42501"
+
+
+def test_worker_works_but_cannot_read_private_tables_or_tokens(seeded, login):
+    url = login("fenceq_worker")
+    with fenceq.connect(url) as worker:
+        claim = worker.claim_next(["q"], "w", fenceq.new_claim_token())
+        assert worker.heartbeat(claim.fence) and worker.complete(claim.fence)
+        assert worker.reap().requeued == 0
+        assert [s.queue for s in worker.stats()] == ["q"]
+        assert worker.attempts(claim.job_id)[0].owner_id == "w"
+        with pytest.raises(fenceq.ConfigError):
+            worker.cancel(claim.job_id)
+    for table in ("_jobs", "_claims", "_submissions", "_queues", "_checkpoints", "_dead_letters"):
+        assert _sqlstate(url, f"SELECT * FROM fenceq.{table}") == "42501", table
+    assert _sqlstate(url, "SELECT fenceq._canonical_json('{}')") == "42501"
+    with psycopg.connect(url) as conn:
+        views = conn.execute("SELECT table_name, column_name FROM information_schema.columns"
+                             " WHERE table_schema = 'fenceq'").fetchall()
+    assert views and not any(column == "claim_token" for _, column in views)
+
+
+def test_admin_has_everything(seeded, login):
+    with fenceq.connect(login("fenceq_admin")) as admin:
+        assert admin.create_queue("other") is True
+        assert admin.pause_queue("other") is True
+        assert all(c.ok for c in admin.verify_schema())
+        job_id = admin.submit("q", "t2")
+        assert admin.cancel(job_id) == "cancelled"
+
+
+def test_public_has_no_rights(seeded):
+    name = f"app_nobody_{uuid.uuid4().hex[:8]}"
+    seeded.sql(f"CREATE ROLE {name} LOGIN")
+    try:
+        url = seeded.url.replace("postgres@", f"{name}@", 1)
+        assert _sqlstate(url, "SELECT fenceq.version()") == "42501"
+        assert _sqlstate(url, "SELECT * FROM fenceq.jobs") == "42501"
+    finally:
+        seeded.sql(f"DROP ROLE {name}")
+
+
+def test_objects_planted_on_the_callers_search_path_change_nothing(seeded, login):
+    url = login("fenceq_worker")
+    name = url.split("//", 1)[1].split("@", 1)[0]
+    seeded.sql(f"CREATE SCHEMA trap AUTHORIZATION {name}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION trap.gen_random_uuid() RETURNS uuid LANGUAGE sql"
+                     " AS $$ SELECT '00000000-0000-0000-0000-000000000000'::uuid $$")
+        conn.execute("CREATE FUNCTION trap.clock_timestamp() RETURNS timestamptz LANGUAGE sql"
+                     " AS $$ SELECT '2000-01-01'::timestamptz $$")
+        conn.execute("CREATE TABLE trap._jobs (job_id text)")
+        conn.execute("SET search_path = trap, fenceq, public")
+        job_id = conn.execute("SELECT fenceq.submit('q', 'planted')").fetchone()[0]
+        assert job_id != "00000000-0000-0000-0000-000000000000"
+        conn.execute("SELECT * FROM fenceq.claim_next('{q}', 'w', 'nonce-planted')")
+        assert conn.execute("SELECT count(*) FROM trap._jobs").fetchone()[0] == 0
+    seeded.sql("DROP SCHEMA trap CASCADE")
+
+
+def test_an_installer_that_may_not_create_roles_still_installs(pg):
+    name = f"app_installer_{uuid.uuid4().hex[:8]}"
+    database = f"fenceq_by_{name}"
+    pg.sql(f"CREATE ROLE {name} LOGIN NOCREATEROLE")
+    pg.sql(f"CREATE DATABASE {database} OWNER {name}")
+    try:
+        url = pg.url.rsplit("/", 1)[0].replace("postgres@", f"{name}@", 1) + "/" + database
+        notices = []
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.add_notice_handler(lambda diag: notices.append(diag.message_primary))
+            conn.execute(fenceq.migrate.install_script("postgres"))
+        assert any("objects stay owned by" in n for n in notices)
+        with fenceq.connect(url) as client:
+            assert all(c.ok for c in client.verify_schema())
+            client.create_queue("q")
+            assert client.submit("q", "t")
+    finally:
+        pg.sql(f"DROP DATABASE {database} WITH (FORCE)")
+        pg.sql(f"DROP ROLE {name}")
