@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test bench sql demo docs pg-start pg-stop clean
+.PHONY: install test bench sql demo docs schema pg-start pg-stop clean
 
 install: $(VENV)/.installed
 
@@ -39,3 +39,6 @@ clean:
 
 docs: install
 	$(BIN)/python scripts/gen-docs
+
+schema: install pg-start
+	$(BIN)/python scripts/dump-schema

@@ -129,3 +129,26 @@ def check(results: list[Any]) -> list[Any]:
     if failed:
         raise config_error("QF901", "the schema fails verify_schema checks: " + ", ".join(failed))
     return results
+
+
+def schema_dump_pg(url: str) -> str:
+    """A normalised schema-only dump of fenceq's schemas: what the install
+    created, with pg_dump's volatile lines (version banners, the per-run
+    \\restrict key, blank runs) removed, so two installs can be diffed and
+    the result kept under version control."""
+    import subprocess
+
+    from ._postgres import connection_url
+
+    dump = subprocess.run(
+        ["pg_dump", "--schema-only", "--no-tablespaces", "--schema=fenceq",
+         "--schema=" + PG_MIGRATION_SCHEMA, "--dbname", connection_url(url)],
+        check=True, capture_output=True, text=True).stdout
+    lines = []
+    for line in dump.splitlines():
+        if line.startswith("--") or line.startswith("\\restrict") or line.startswith("\\unrestrict"):
+            continue
+        if not line.strip() and (not lines or not lines[-1].strip()):
+            continue
+        lines.append(line.rstrip())
+    return "\n".join(lines).strip() + "\n"

@@ -1,0 +1,2257 @@
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+CREATE SCHEMA fenceq;
+
+ALTER SCHEMA fenceq OWNER TO fenceq_owner;
+
+COMMENT ON SCHEMA fenceq IS 'fenceq: a fenced, owned work queue. Call the functions; the _tables are private.';
+
+CREATE SCHEMA fenceq_migrations;
+
+ALTER SCHEMA fenceq_migrations OWNER TO postgres;
+
+CREATE TYPE fenceq.claim AS (
+	job_id text,
+	queue text,
+	task text,
+	payload jsonb,
+	priority integer,
+	attempt integer,
+	max_attempts integer,
+	owner_id text,
+	generation bigint,
+	claim_token text,
+	lease_expires_at timestamp with time zone,
+	budget_expires_at timestamp with time zone,
+	cancel_requested boolean,
+	submission_id text,
+	checkpoints jsonb
+);
+
+ALTER TYPE fenceq.claim OWNER TO fenceq_owner;
+
+COMMENT ON TYPE fenceq.claim IS 'One successful claim: the job and its fence (job_id, owner_id, generation, claim_token).';
+
+CREATE FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) RETURNS interval
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_base double precision := extract(epoch FROM _backoff.base);
+    v_max  double precision := extract(epoch FROM _backoff.max);
+    v_exponent integer := greatest(_backoff.attempt - 1, 0);
+BEGIN
+    IF v_base <= 0 THEN
+        RETURN interval '0';
+    END IF;
+    IF ln(v_base) + v_exponent * ln(_backoff.factor) >= ln(v_max) THEN
+        RETURN _backoff.max;
+    END IF;
+    RETURN make_interval(secs => v_base * power(_backoff.factor, v_exponent));
+END
+$$;
+
+ALTER FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) IS 'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
+
+CREATE FUNCTION fenceq._canonical_json(value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    -- Scalars are spelled inline; only nested containers recurse (one call
+    -- per container, not per node: calls are what a large payload costs).
+    SELECT CASE jsonb_typeof(_canonical_json.value)
+        WHEN 'object' THEN '{' || coalesce((
+            SELECT string_agg(to_json(e.key)::text || ':' ||
+                       CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
+                            THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
+                   ',' ORDER BY e.key COLLATE "C")
+            FROM jsonb_each(_canonical_json.value) AS e), '') || '}'
+        WHEN 'array' THEN '[' || coalesce((
+            SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
+                                   THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
+                   ',' ORDER BY a.ordinality)
+            FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']'
+        ELSE coalesce(_canonical_json.value::text, 'null')
+    END
+$$;
+
+ALTER FUNCTION fenceq._canonical_json(value jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._canonical_json(value jsonb) IS 'Private. Canonical JSON text (sorted keys by code point, compact separators) used for fingerprints and size limits.';
+
+CREATE FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_count integer := coalesce(cardinality(_check_batch.job_ids), -1);
+BEGIN
+    IF v_count < 0 OR v_count > 10000
+       OR coalesce(cardinality(_check_batch.owner_ids), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.generations), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.claim_tokens), -1) <> v_count THEN
+        PERFORM fenceq._raise('QF100', 'fence arrays must be non-NULL, of equal length, with at most 10000 elements');
+    END IF;
+    IF v_count > 0 AND (array_ndims(_check_batch.job_ids) <> 1 OR array_ndims(_check_batch.owner_ids) <> 1
+        OR array_ndims(_check_batch.generations) <> 1 OR array_ndims(_check_batch.claim_tokens) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_batch.job_ids, _check_batch.owner_ids,
+                             _check_batch.generations, _check_batch.claim_tokens) AS f(j, o, g, t)
+         WHERE f.j IS NULL OR length(f.j) NOT BETWEEN 1 AND 36
+            OR f.o IS NULL OR length(f.o) NOT BETWEEN 1 AND 255
+            OR f.t IS NULL OR length(f.t) NOT BETWEEN 1 AND 255
+            OR f.g IS NULL OR f.g < 1)) THEN
+        PERFORM fenceq._raise('QF106', 'a fence is malformed');
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) IS 'Private. Validate the fence arrays of a batch call; returns their length.';
+
+CREATE FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_fence.job_id IS NULL OR length(_check_fence.job_id) NOT BETWEEN 1 AND 36
+       OR _check_fence.owner_id IS NULL OR length(_check_fence.owner_id) NOT BETWEEN 1 AND 255
+       OR _check_fence.claim_token IS NULL OR length(_check_fence.claim_token) NOT BETWEEN 1 AND 255
+       OR _check_fence.generation IS NULL OR _check_fence.generation < 1
+    THEN
+        PERFORM fenceq._raise('QF106', 'the fence is malformed');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) IS 'Private. Refuse (QF106) a fence with an empty or over-long part or a generation below 1.';
+
+CREATE FUNCTION fenceq._check_interval(value interval, what text, allow_zero boolean DEFAULT false, nullable boolean DEFAULT true, backwards boolean DEFAULT false) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_limit interval;
+BEGIN
+    IF _check_interval.value IS NULL THEN
+        IF NOT _check_interval.nullable THEN
+            PERFORM fenceq._raise('QF100', _check_interval.what || ' is required');
+        END IF;
+        RETURN;
+    END IF;
+    IF date_part('year', _check_interval.value) <> 0
+       OR date_part('month', _check_interval.value) <> 0
+       OR date_part('day', _check_interval.value) <> 0 THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' must not have month or day parts');
+    END IF;
+    IF _check_interval.value < interval '0'
+       OR (_check_interval.value = interval '0' AND NOT _check_interval.allow_zero) THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what
+            || CASE WHEN _check_interval.allow_zero THEN ' must not be negative' ELSE ' must be positive' END);
+    END IF;
+    v_limit := CASE WHEN _check_interval.backwards
+                    THEN clock_timestamp() - timestamptz '0001-01-01 00:00:00+00'
+                    ELSE timestamptz '9999-12-31 23:59:59.999999+00' - clock_timestamp() END;
+    IF _check_interval.value > v_limit THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' reaches beyond years 0001-9999');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_interval(value interval, what text, allow_zero boolean, nullable boolean, backwards boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_interval(value interval, what text, allow_zero boolean, nullable boolean, backwards boolean) IS 'Private. Refuse (QF105) a negative or zero interval, one with month or day parts, or one reaching past years 0001-9999; QF100 when a required one is missing.';
+
+CREATE FUNCTION fenceq._check_json(value jsonb, what text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_json.value IS NOT NULL
+       AND octet_length(_check_json.value::text) > 1048576
+       AND octet_length(fenceq._canonical_json(_check_json.value)) > 1048576 THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' exceeds 1 MiB in canonical form');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_json(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_json(value jsonb, what text) IS 'Private. Refuse (QF103) JSON larger than 1 MiB in canonical form.';
+
+CREATE FUNCTION fenceq._check_name(value text, what text, max_length integer DEFAULT 255, nullable boolean DEFAULT false, code text DEFAULT 'QF102'::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_name.value IS NULL THEN
+        IF NOT _check_name.nullable THEN
+            PERFORM fenceq._raise(_check_name.code, _check_name.what || ' is required');
+        END IF;
+    ELSIF length(_check_name.value) NOT BETWEEN 1 AND _check_name.max_length THEN
+        PERFORM fenceq._raise(_check_name.code, format('%s must be 1 to %s characters',
+            _check_name.what, _check_name.max_length));
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_name(value text, what text, max_length integer, nullable boolean, code text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_name(value text, what text, max_length integer, nullable boolean, code text) IS 'Private. Refuse (QF102 by default) a NULL, empty or over-long id or name.';
+
+CREATE FUNCTION fenceq._check_names(names text[], what text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_names.names IS NULL OR cardinality(_check_names.names) = 0 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' must be a non-empty array');
+    END IF;
+    IF cardinality(_check_names.names) > 10000 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' may hold at most 10000 elements');
+    END IF;
+    IF array_ndims(_check_names.names) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_names.names) AS v(name)
+        WHERE v.name IS NULL OR length(v.name) NOT BETWEEN 1 AND 255)
+    THEN
+        PERFORM fenceq._raise('QF102', _check_names.what || ' must hold strings of 1 to 255 characters');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_names(names text[], what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_names(names text[], what text) IS 'Private. Refuse a NULL, empty or oversized array (QF100) or a bad element (QF102).';
+
+CREATE FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM fenceq._check_interval(_check_queue_settings.lease, 'lease', nullable => false);
+    PERFORM fenceq._check_interval(_check_queue_settings.backoff_base, 'backoff_base',
+                                   allow_zero => true, nullable => false);
+    PERFORM fenceq._check_interval(_check_queue_settings.backoff_max, 'backoff_max',
+                                   allow_zero => true, nullable => false);
+    IF _check_queue_settings.max_attempts IS NULL OR _check_queue_settings.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    IF _check_queue_settings.backoff_factor IS NULL
+       OR _check_queue_settings.backoff_factor = 'NaN'::double precision
+       OR _check_queue_settings.backoff_factor = 'Infinity'::double precision
+       OR _check_queue_settings.backoff_factor < 1 THEN
+        PERFORM fenceq._raise('QF104', 'backoff_factor must be finite and at least 1');
+    END IF;
+    IF _check_queue_settings.backoff_max < _check_queue_settings.backoff_base THEN
+        PERFORM fenceq._raise('QF105', 'backoff_max must not be less than backoff_base');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) IS 'Private. Refuse queue settings that break the CONTRACT §2 rules (QF104, QF105).';
+
+CREATE FUNCTION fenceq._check_time(value timestamp with time zone, what text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_time.value IS NOT NULL AND (
+        _check_time.value < timestamptz '0001-01-01 00:00:00+00'
+        OR _check_time.value >= timestamptz '10000-01-01 00:00:00+00') THEN
+        PERFORM fenceq._raise('QF105', _check_time.what || ' must be within years 0001-9999 UTC');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_time(value timestamp with time zone, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_time(value timestamp with time zone, what text) IS 'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
+
+CREATE FUNCTION fenceq._checkpoints_of(job_id text) RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT coalesce(jsonb_object_agg(c.step, c.value), '{}'::jsonb)
+      FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id
+$$;
+
+ALTER FUNCTION fenceq._checkpoints_of(job_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._checkpoints_of(job_id text) IS 'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
+
+CREATE FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) RETURNS SETOF fenceq.claim
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(_claim.claim_tokens);
+    v_active text[];
+    v_candidate record;
+    v_index integer := 0;
+    v_token text;
+    v_now timestamptz;
+    v_lease interval;
+    v_claimed fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_names(_claim.queues, 'queues');
+    PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
+    PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
+    PERFORM fenceq._check_interval(_claim.lease, 'lease');
+    PERFORM fenceq._check_interval(_claim.budget, 'budget');
+
+    IF (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count
+       OR EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY (_claim.claim_tokens)) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+
+    SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+      INTO v_active, v_index
+      FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
+    IF v_index <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_active IS NULL THEN
+        RETURN;
+    END IF;
+
+    v_now := clock_timestamp();
+    v_index := 0;
+    FOR v_candidate IN
+        SELECT c.job_id, c.generation, qs.lease AS queue_lease
+          FROM unnest(v_active) AS a(name)
+          JOIN fenceq._queues AS qs ON qs.queue = a.name
+         CROSS JOIN LATERAL (
+            SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+              FROM fenceq._jobs AS j
+             WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT v_count
+               FOR UPDATE OF j SKIP LOCKED) AS c
+         ORDER BY c.priority DESC, c.run_at, c.seq
+         LIMIT v_count
+    LOOP
+        v_index := v_index + 1;
+        v_token := _claim.claim_tokens[v_index];
+        v_lease := coalesce(_claim.lease, v_candidate.queue_lease);
+        IF v_candidate.generation = 9223372036854775807 THEN
+            PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+        END IF;
+        -- Time is read after the row lock is held.
+        v_now := clock_timestamp();
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = _claim.owner_id,
+               claim_token = v_token,
+               lease = v_lease,
+               lease_expires_at = least(v_now + v_lease, v_now + _claim.budget),
+               budget_expires_at = v_now + _claim.budget,
+               cancel_requested = false,
+               pid = NULL
+         WHERE j.job_id = v_candidate.job_id
+        RETURNING j.* INTO v_claimed;
+        -- Storage must keep exactly what was sent (a trigger or coercion
+        -- that changes it rolls the whole claim back).
+        IF v_claimed.owner_id IS DISTINCT FROM _claim.owner_id
+           OR v_claimed.claim_token IS DISTINCT FROM v_token
+           OR v_claimed.generation IS DISTINCT FROM v_candidate.generation + 1 THEN
+            PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+        END IF;
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        VALUES (v_token, v_claimed.job_id, v_claimed.generation, _claim.owner_id, v_now)
+        ON CONFLICT (claim_token) DO NOTHING;
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN NEXT ROW(v_claimed.job_id, v_claimed.queue, v_claimed.task, v_claimed.payload,
+            v_claimed.priority, v_claimed.attempts, v_claimed.max_attempts, v_claimed.owner_id,
+            v_claimed.generation, v_claimed.claim_token, v_claimed.lease_expires_at,
+            v_claimed.budget_expires_at, v_claimed.cancel_requested, v_claimed.submission_id,
+            fenceq._checkpoints_of(v_claimed.job_id))::fenceq.claim;
+    END LOOP;
+END
+$$;
+
+ALTER FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) IS 'Private. The body of claim_next and claim_batch.';
+
+SET default_table_access_method = heap;
+
+CREATE TABLE fenceq._jobs (
+    seq bigint NOT NULL,
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    queue text NOT NULL COLLATE pg_catalog."C",
+    task text NOT NULL COLLATE pg_catalog."C",
+    payload jsonb,
+    priority integer NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL COLLATE pg_catalog."C",
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    owner_id text COLLATE pg_catalog."C",
+    generation bigint DEFAULT 0 NOT NULL,
+    claim_token text COLLATE pg_catalog."C",
+    lease interval,
+    lease_expires_at timestamp with time zone,
+    budget_expires_at timestamp with time zone,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    pid integer,
+    result jsonb,
+    last_error text,
+    submission_id text COLLATE pg_catalog."C",
+    fingerprint text COLLATE pg_catalog."C",
+    active_key text COLLATE pg_catalog."C",
+    dlq_id text COLLATE pg_catalog."C",
+    created_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
+    CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
+    CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
+)
+WITH (fillfactor='80');
+
+ALTER TABLE fenceq._jobs OWNER TO fenceq_owner;
+
+CREATE FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_dlq_id text := replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    INSERT INTO fenceq._dead_letters (dlq_id, job_id, queue, task, error, attempts, failed_at)
+    VALUES (v_dlq_id, (_dead_letter.job).job_id, (_dead_letter.job).queue, (_dead_letter.job).task,
+            _dead_letter.error, (_dead_letter.job).attempts, _dead_letter.now);
+    RETURN v_dlq_id;
+END
+$$;
+
+ALTER FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) IS 'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
+
+CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT 'fq1:' || encode(sha256(convert_to(
+        '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
+        || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
+        || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
+        || ',"job_id":' || coalesce(to_json(_fingerprint.job_id)::text, 'null')
+        || ',"max_attempts":' || coalesce(_fingerprint.max_attempts::text, 'null')
+        || ',"payload":' || fenceq._canonical_json(_fingerprint.payload)
+        || ',"priority":' || coalesce(_fingerprint.priority::text, 'null')
+        || ',"queue":' || to_json(_fingerprint.queue)::text
+        || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
+        || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
+        || ',"task":' || to_json(_fingerprint.task)::text
+        || ',"v":1}', 'UTF8')), 'hex')
+$$;
+
+ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+
+CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
+                 'fenceq.job:' || _identity_keys.job_id,
+                 'fenceq.submission:' || _identity_keys.submission_id]
+$$;
+
+ALTER FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) IS 'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
+
+CREATE FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) RETURNS boolean
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT coalesce((_is_live.job).status = 'claimed'
+        AND (_is_live.job).owner_id = _is_live.owner_id
+        AND (_is_live.job).generation = _is_live.generation
+        AND (_is_live.job).claim_token = _is_live.claim_token
+        AND (_is_live.job).lease_expires_at > _is_live.now, false)
+$$;
+
+ALTER FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) IS 'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+
+CREATE FUNCTION fenceq._json_bool(value jsonb, what text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _json_bool.value IS NULL OR jsonb_typeof(_json_bool.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_bool.value) <> 'boolean' THEN
+        PERFORM fenceq._raise('QF100', _json_bool.what || ' must be a boolean');
+    END IF;
+    RETURN (_json_bool.value #>> '{}')::boolean;
+END
+$$;
+
+ALTER FUNCTION fenceq._json_bool(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._json_bool(value jsonb, what text) IS 'Private. A JSON boolean field (NULL for null); QF100 for another type.';
+
+CREATE FUNCTION fenceq._json_int(value jsonb, what text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_number numeric;
+BEGIN
+    IF _json_int.value IS NULL OR jsonb_typeof(_json_int.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_int.value) <> 'number' THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be an integer');
+    END IF;
+    v_number := (_json_int.value #>> '{}')::numeric;
+    IF v_number <> trunc(v_number) OR v_number NOT BETWEEN -2147483648 AND 2147483647 THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be a 32-bit integer');
+    END IF;
+    RETURN v_number::integer;
+END
+$$;
+
+ALTER FUNCTION fenceq._json_int(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._json_int(value jsonb, what text) IS 'Private. A JSON integer field within 32 bits (NULL for null); QF104 otherwise.';
+
+CREATE FUNCTION fenceq._json_text(value jsonb, what text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _json_text.value IS NULL OR jsonb_typeof(_json_text.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text.value) <> 'string' THEN
+        PERFORM fenceq._raise('QF102', _json_text.what || ' must be a string');
+    END IF;
+    RETURN _json_text.value #>> '{}';
+END
+$$;
+
+ALTER FUNCTION fenceq._json_text(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._json_text(value jsonb, what text) IS 'Private. A JSON string field as text (NULL for null); QF102 for another type.';
+
+CREATE FUNCTION fenceq._json_time(value jsonb, what text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+DECLARE
+    v_parts text[];
+    v_year integer;
+    v_month integer;
+    v_result timestamptz;
+BEGIN
+    IF _json_time.value IS NULL OR jsonb_typeof(_json_time.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    -- ISO 8601 with an explicit offset; each field is range-checked before
+    -- the cast so that a bad date is QF105, never a raw 22008.
+    IF jsonb_typeof(_json_time.value) = 'string' THEN
+        v_parts := regexp_match(_json_time.value #>> '{}',
+            '^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?(?:Z|z|[+-](\d{2})(?::?(\d{2}))?)$');
+    END IF;
+    IF v_parts IS NULL THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' must be an ISO 8601 timestamp with an offset');
+    END IF;
+    v_year := v_parts[1]::integer;
+    v_month := v_parts[2]::integer;
+    IF v_year < 1 OR v_month NOT BETWEEN 1 AND 12
+       OR v_parts[3]::integer NOT BETWEEN 1 AND extract(day FROM
+            make_date(v_year, v_month, 1) + interval '1 month' - interval '1 day')
+       OR v_parts[4]::integer > 23 OR v_parts[5]::integer > 59
+       OR coalesce(v_parts[6]::integer, 0) > 59
+       OR coalesce(v_parts[7]::integer, 0) > 15 OR coalesce(v_parts[8]::integer, 0) > 59 THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' is not a valid timestamp');
+    END IF;
+    v_result := (_json_time.value #>> '{}')::timestamptz;
+    PERFORM fenceq._check_time(v_result, _json_time.what);
+    RETURN v_result;
+END
+$_$;
+
+ALTER FUNCTION fenceq._json_time(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._json_time(value jsonb, what text) IS 'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE FUNCTION fenceq._lock_identities(keys text[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    FOR v_key IN
+        SELECT DISTINCT hashtextextended(k.key, 0)
+          FROM unnest(_lock_identities.keys) AS k(key)
+         WHERE k.key IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_key);
+    END LOOP;
+END
+$$;
+
+ALTER FUNCTION fenceq._lock_identities(keys text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._lock_identities(keys text[]) IS 'Private. Advisory transaction locks on identity keys, taken in hash order so concurrent submits never deadlock.';
+
+CREATE FUNCTION fenceq._notify_jobs(queue text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = _notify_jobs.queue AND q.notify) THEN
+        PERFORM pg_notify('fenceq_jobs', _notify_jobs.queue);
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._notify_jobs(queue text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._notify_jobs(queue text) IS 'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
+
+CREATE FUNCTION fenceq._raise(code text, message text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_index text := current_setting('fenceq.batch_index', true);
+BEGIN
+    IF v_index IS NULL OR v_index = '' THEN
+        RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message,
+        DETAIL = 'request index ' || v_index;
+END
+$$;
+
+ALTER FUNCTION fenceq._raise(code text, message text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._raise(code text, message text) IS 'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
+
+CREATE FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_error text := left(_retry_or_fail.error, 65536);
+    v_run_at timestamptz;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
+    IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
+        v_run_at := coalesce(_retry_or_fail.retry_at, least(_retry_or_fail.now + fenceq._backoff(
+            (_retry_or_fail.job).attempts, v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max),
+            timestamptz '9999-12-31 23:59:59.999999+00'));
+        UPDATE fenceq._jobs AS j
+           SET status = 'pending', run_at = v_run_at, last_error = v_error,
+               owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+               budget_expires_at = NULL, pid = NULL
+         WHERE j.job_id = (_retry_or_fail.job).job_id;
+        IF v_run_at <= _retry_or_fail.now AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', v_queue.queue);
+        END IF;
+        RETURN 'pending';
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'failed', last_error = v_error, finished_at = _retry_or_fail.now,
+           dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
+                         THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
+     WHERE j.job_id = (_retry_or_fail.job).job_id;
+    RETURN 'failed';
+END
+$$;
+
+ALTER FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) IS 'Private. Requeue a failed attempt with backoff, or fail it for good (with a dead letter when the queue keeps them).';
+
+CREATE FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_old boolean;
+BEGIN
+    PERFORM fenceq._check_name(_set_queue_flag.queue, 'queue');
+    IF _set_queue_flag.value IS NULL THEN
+        PERFORM fenceq._raise('QF100', _set_queue_flag.flag || ' is required');
+    END IF;
+    SELECT CASE _set_queue_flag.flag WHEN 'paused' THEN q.paused ELSE q.notify END
+      INTO v_old
+      FROM fenceq._queues AS q WHERE q.queue = _set_queue_flag.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_old = _set_queue_flag.value THEN
+        RETURN false;
+    END IF;
+    IF _set_queue_flag.flag = 'paused' THEN
+        UPDATE fenceq._queues AS q SET paused = _set_queue_flag.value WHERE q.queue = _set_queue_flag.queue;
+        IF NOT _set_queue_flag.value THEN
+            PERFORM fenceq._notify_jobs(_set_queue_flag.queue);
+        END IF;
+    ELSE
+        UPDATE fenceq._queues AS q SET notify = _set_queue_flag.value WHERE q.queue = _set_queue_flag.queue;
+    END IF;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) IS 'Private. Set a queue''s paused or notify flag; true when it changed.';
+
+CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_payload jsonb := CASE WHEN jsonb_typeof(_submit.payload) = 'null' THEN NULL ELSE _submit.payload END;
+    v_force boolean := coalesce(_submit.force, false);
+    v_fingerprint text;
+    v_existing fenceq._submissions;
+    v_job_id text;
+    v_now timestamptz;
+    v_run_at timestamptz;
+    v_holder text;
+    v_round integer := 0;
+BEGIN
+    PERFORM fenceq._check_name(_submit.queue, 'queue');
+    PERFORM fenceq._check_name(_submit.task, 'task');
+    PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
+    PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
+    PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+    IF _submit.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    PERFORM fenceq._check_time(_submit.run_at, 'run_at');
+    PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
+    PERFORM fenceq._check_json(v_payload, 'payload');
+
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    IF coalesce(_submit.submission_id, _submit.job_id, _submit.active_key) IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(_submit.queue, _submit.active_key,
+                                                              _submit.job_id, _submit.submission_id));
+    END IF;
+
+    IF _submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
+            _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force);
+        SELECT * INTO v_existing FROM fenceq._submissions AS s
+         WHERE s.submission_id = _submit.submission_id;
+        IF FOUND THEN
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    IF _submit.job_id IS NOT NULL AND (
+        EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = _submit.job_id)
+        OR EXISTS (SELECT 1 FROM fenceq._submissions AS s WHERE s.job_id = _submit.job_id)) THEN
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    v_job_id := coalesce(_submit.job_id, gen_random_uuid()::text);
+    v_now := clock_timestamp();
+
+    IF _submit.submission_id IS NOT NULL THEN
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        VALUES (_submit.submission_id, v_fingerprint, v_job_id, _submit.queue, v_now)
+        ON CONFLICT (submission_id) DO NOTHING;
+        IF NOT FOUND THEN
+            -- The same identity committed concurrently: replay or conflict.
+            SELECT * INTO v_existing FROM fenceq._submissions AS s
+             WHERE s.submission_id = _submit.submission_id;
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    v_run_at := coalesce(_submit.run_at, v_now);
+    LOOP
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload,
+            coalesce(_submit.priority, 0), coalesce(_submit.max_attempts, v_queue.max_attempts),
+            v_run_at, _submit.expires_at, _submit.submission_id, v_fingerprint,
+            _submit.active_key, v_now)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = v_job_id) THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');
+        END IF;
+        v_round := v_round + 1;
+        IF v_round > 100 THEN
+            PERFORM fenceq._raise('QF202', 'the active key stayed busy');
+        END IF;
+        SELECT j.job_id INTO v_holder FROM fenceq._jobs AS j
+         WHERE j.queue = _submit.queue AND j.active_key = _submit.active_key
+           AND j.status IN ('pending', 'claimed')
+         FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- the holder finished meanwhile: try again
+        IF NOT v_force THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+        UPDATE fenceq._jobs AS j
+           SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = v_holder;
+        PERFORM pg_notify('fenceq_control', v_holder);
+    END LOOP;
+
+    IF v_run_at <= v_now AND v_queue.notify THEN
+        PERFORM pg_notify('fenceq_jobs', _submit.queue);
+    END IF;
+    RETURN v_job_id;
+END
+$$;
+
+ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The body of submit, shared with submit_batch.';
+
+CREATE FUNCTION fenceq._utc_text(value timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+ALTER FUNCTION fenceq._utc_text(value timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._utc_text(value timestamp with time zone) IS 'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
+
+CREATE FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
+        acknowledge_cancel.generation, acknowledge_cancel.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = acknowledge_cancel.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, acknowledge_cancel.owner_id, acknowledge_cancel.generation,
+                           acknowledge_cancel.claim_token, v_now)
+       OR NOT v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
+     WHERE j.job_id = acknowledge_cancel.job_id;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) IS 'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
+
+CREATE FUNCTION fenceq.alter_queue(queue text, lease interval DEFAULT NULL::interval, max_attempts integer DEFAULT NULL::integer, backoff_base interval DEFAULT NULL::interval, backoff_factor double precision DEFAULT NULL::double precision, backoff_max interval DEFAULT NULL::interval, dead_letter boolean DEFAULT NULL::boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(alter_queue.queue, 'queue');
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = alter_queue.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_queue.lease := coalesce(alter_queue.lease, v_queue.lease);
+    v_queue.max_attempts := coalesce(alter_queue.max_attempts, v_queue.max_attempts);
+    v_queue.backoff_base := coalesce(alter_queue.backoff_base, v_queue.backoff_base);
+    v_queue.backoff_factor := coalesce(alter_queue.backoff_factor, v_queue.backoff_factor);
+    v_queue.backoff_max := coalesce(alter_queue.backoff_max, v_queue.backoff_max);
+    v_queue.dead_letter := coalesce(alter_queue.dead_letter, v_queue.dead_letter);
+    PERFORM fenceq._check_queue_settings(v_queue.lease, v_queue.max_attempts,
+        v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max);
+    UPDATE fenceq._queues AS q
+       SET lease = v_queue.lease, max_attempts = v_queue.max_attempts,
+           backoff_base = v_queue.backoff_base, backoff_factor = v_queue.backoff_factor,
+           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter
+     WHERE q.queue = alter_queue.queue;
+END
+$$;
+
+ALTER FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) IS 'Change queue settings (NULL = unchanged); the rules apply to the result. QF101 for an unknown queue.';
+
+CREATE FUNCTION fenceq.cancel(job_id text, force boolean DEFAULT false) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_answer text;
+BEGIN
+    PERFORM fenceq._check_name(cancel.job_id, 'job_id', max_length => 36);
+    IF cancel.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'force is required');
+    END IF;
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = cancel.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = cancel.job_id;
+        v_answer := 'cancelled';
+    ELSIF v_job.status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
+        v_answer := 'cancel_requested';
+    ELSE
+        RETURN v_job.status;
+    END IF;
+    PERFORM pg_notify('fenceq_control', cancel.job_id);
+    RETURN v_answer;
+END
+$$;
+
+ALTER FUNCTION fenceq.cancel(job_id text, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.cancel(job_id text, force boolean) IS 'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+CREATE FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_recorded jsonb;
+BEGIN
+    PERFORM fenceq._check_fence(checkpoint.job_id, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token);
+    PERFORM fenceq._check_name(checkpoint.step, 'step');
+    IF checkpoint.value IS NULL OR jsonb_typeof(checkpoint.value) = 'null' THEN
+        PERFORM fenceq._raise('QF103', 'a checkpoint value may not be null');
+    END IF;
+    PERFORM fenceq._check_json(checkpoint.value, 'value');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = checkpoint.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token, v_now) THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.value INTO v_recorded FROM fenceq._checkpoints AS c
+     WHERE c.job_id = checkpoint.job_id AND c.step = checkpoint.step;
+    IF v_recorded IS NULL THEN
+        IF (SELECT count(*) FROM fenceq._checkpoints AS c WHERE c.job_id = checkpoint.job_id) >= 10000 THEN
+            PERFORM fenceq._raise('QF100', 'a job may hold at most 10000 checkpoints');
+        END IF;
+        -- The row lock on the job serialises writers of its checkpoints.
+        INSERT INTO fenceq._checkpoints AS c (job_id, step, value, generation, recorded_at)
+        VALUES (checkpoint.job_id, checkpoint.step, checkpoint.value, checkpoint.generation, v_now);
+        v_recorded := checkpoint.value;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + j.lease, j.budget_expires_at)
+     WHERE j.job_id = checkpoint.job_id;
+    RETURN v_recorded;
+END
+$$;
+
+ALTER FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) IS 'Record a step value once per job under a live fence and renew the lease; returns the recorded value (the earlier one if already recorded), or NULL without a live fence.';
+
+CREATE FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
+        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget)
+$$;
+
+ALTER FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) IS 'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
+
+CREATE FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget)
+$$;
+
+ALTER FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) IS 'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
+
+CREATE FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) RETURNS TABLE(cancel_requested boolean, pid integer)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(claim_state.job_id, claim_state.owner_id, claim_state.generation, claim_state.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = claim_state.job_id;
+    IF fenceq._is_live(v_job, claim_state.owner_id, claim_state.generation, claim_state.claim_token, clock_timestamp()) THEN
+        RETURN QUERY SELECT v_job.cancel_requested, v_job.pid;
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) IS 'Snapshot (cancel_requested, pid) of a live claim; no row when the fence is not the live owner.';
+
+CREATE FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb DEFAULT NULL::jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
+    PERFORM fenceq._check_json(complete.result, 'result');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, complete.owner_id, complete.generation, complete.claim_token, v_now)
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'completed', result = complete.result, finished_at = v_now
+     WHERE j.job_id = complete.job_id;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb) IS 'Complete a live claim with an optional JSON result. True once; false when stale, expired, terminal or cancel-requested.';
+
+CREATE FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[] DEFAULT NULL::jsonb[]) RETURNS boolean[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_answers boolean[];
+    v_fence record;
+BEGIN
+    v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
+        complete_batch.generations, complete_batch.claim_tokens);
+    IF complete_batch.results IS NOT NULL AND (cardinality(complete_batch.results) <> v_count
+        OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
+        PERFORM fenceq._raise('QF100', 'results must have one element per fence');
+    END IF;
+    v_answers := array_fill(NULL::boolean, ARRAY[v_count]);
+    FOR v_fence IN
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                      complete_batch.generations, complete_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)
+         ORDER BY f.j COLLATE "C", f.i
+    LOOP
+        v_answers[v_fence.i] := fenceq.complete(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
+            complete_batch.results[array_lower(complete_batch.results, 1) + v_fence.i - 1]);
+    END LOOP;
+    RETURN v_answers;
+END
+$$;
+
+ALTER FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) IS 'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
+
+CREATE FUNCTION fenceq.create_queue(queue text, lease interval DEFAULT '00:00:30'::interval, max_attempts integer DEFAULT 5, backoff_base interval DEFAULT '00:00:01'::interval, backoff_factor double precision DEFAULT 2, backoff_max interval DEFAULT '01:00:00'::interval, dead_letter boolean DEFAULT true) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_existing fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(create_queue.queue, 'queue');
+    PERFORM fenceq._check_queue_settings(create_queue.lease, create_queue.max_attempts,
+        create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max);
+    IF create_queue.dead_letter IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'dead_letter is required');
+    END IF;
+    INSERT INTO fenceq._queues AS q (queue, lease, max_attempts, backoff_base, backoff_factor,
+                                     backoff_max, dead_letter, created_at)
+    VALUES (create_queue.queue, create_queue.lease, create_queue.max_attempts,
+            create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max,
+            create_queue.dead_letter, clock_timestamp())
+    ON CONFLICT (queue) DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    SELECT * INTO v_existing FROM fenceq._queues AS q WHERE q.queue = create_queue.queue;
+    IF v_existing.lease = create_queue.lease
+       AND v_existing.max_attempts = create_queue.max_attempts
+       AND v_existing.backoff_base = create_queue.backoff_base
+       AND v_existing.backoff_factor = create_queue.backoff_factor
+       AND v_existing.backoff_max = create_queue.backoff_max
+       AND v_existing.dead_letter = create_queue.dead_letter THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._raise('QF100', 'the queue exists with other settings; use alter_queue');
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) IS 'Declare a queue with its defaults. True when created, false when it already exists with exactly these settings; QF100 when it exists with others.';
+
+CREATE FUNCTION fenceq.discard_dead_letter(dlq_id text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+BEGIN
+    IF discard_dead_letter.dlq_id IS NULL OR discard_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET discarded_at = clock_timestamp()
+     WHERE d.dlq_id = discard_dead_letter.dlq_id
+       AND d.replayed_at IS NULL AND d.discarded_at IS NULL;
+    RETURN FOUND;
+END
+$_$;
+
+ALTER FUNCTION fenceq.discard_dead_letter(dlq_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.discard_dead_letter(dlq_id text) IS 'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
+
+CREATE FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean DEFAULT true, retry_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
+    IF fail.error IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'error is required');
+    END IF;
+    IF fail.retry IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'retry is required');
+    END IF;
+    PERFORM fenceq._check_time(fail.retry_at, 'retry_at');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = fail.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, fail.owner_id, fail.generation, fail.claim_token, v_now)
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._retry_or_fail(v_job, fail.error, fail.retry, fail.retry_at, v_now);
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) IS 'Fail a live claim: retried with backoff (or at retry_at) while attempts remain, else failed with a dead letter. True once; false when stale, expired, terminal or cancel-requested.';
+
+CREATE VIEW fenceq.jobs AS
+ SELECT j.job_id,
+    j.queue,
+    j.task,
+    j.payload,
+    j.priority,
+    j.status,
+    j.attempts,
+    j.max_attempts,
+    j.run_at,
+    j.expires_at,
+    j.owner_id,
+    j.generation,
+    j.lease_expires_at,
+    j.budget_expires_at,
+    j.cancel_requested,
+    j.pid,
+    j.result,
+    j.last_error,
+    j.submission_id,
+    j.fingerprint,
+    j.active_key,
+    j.dlq_id,
+    j.created_at,
+    j.finished_at
+   FROM fenceq._jobs j;
+
+ALTER TABLE fenceq.jobs OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
+
+CREATE FUNCTION fenceq.get_job(job_id text) RETURNS SETOF fenceq.jobs
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(get_job.job_id, 'job_id', max_length => 36);
+    RETURN QUERY SELECT * FROM fenceq.jobs AS j WHERE j.job_id = get_job.job_id;
+END
+$$;
+
+ALTER FUNCTION fenceq.get_job(job_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.get_job(job_id text) IS 'One job as fenceq.jobs shows it, or no row.';
+
+CREATE FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval DEFAULT NULL::interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
+    PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token, v_now) THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+     WHERE j.job_id = heartbeat.job_id;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) IS 'Renew a live claim to LEAST(now + lease, budget). True while live; false when stale, expired or past its budget.';
+
+CREATE FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval DEFAULT NULL::interval) RETURNS boolean[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_answers boolean[];
+    v_fence record;
+BEGIN
+    v_answers := array_fill(NULL::boolean, ARRAY[fenceq._check_batch(heartbeat_batch.job_ids,
+        heartbeat_batch.owner_ids, heartbeat_batch.generations, heartbeat_batch.claim_tokens)]);
+    PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
+    FOR v_fence IN
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                      heartbeat_batch.generations, heartbeat_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)
+         ORDER BY f.j COLLATE "C", f.i
+    LOOP
+        v_answers[v_fence.i] := fenceq.heartbeat(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
+                                                 heartbeat_batch.lease);
+    END LOOP;
+    RETURN v_answers;
+END
+$$;
+
+ALTER FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) IS 'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+CREATE FUNCTION fenceq.pause_queue(queue text) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$ SELECT fenceq._set_queue_flag(pause_queue.queue, 'paused', true) $$;
+
+ALTER FUNCTION fenceq.pause_queue(queue text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.pause_queue(queue text) IS 'Pause claims from a queue (submissions still accepted). True when the flag changed; QF101 for an unknown queue.';
+
+CREATE FUNCTION fenceq.purge(older_than interval, max_rows integer DEFAULT 10000, submissions_older_than interval DEFAULT NULL::interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[];
+    v_cutoff timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
+                                   nullable => false, backwards => true);
+    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than',
+                                   allow_zero => true, backwards => true);
+    IF purge.max_rows IS NULL OR purge.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp() - purge.older_than;
+    SELECT coalesce(array_agg(t.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.finished_at < v_cutoff
+           AND j.status IN ('completed', 'failed', 'cancelled', 'expired')
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dead_letters AS d
+                            WHERE d.job_id = j.job_id
+                              AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
+         ORDER BY j.finished_at
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED) AS t;
+    DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    IF purge.submissions_older_than IS NOT NULL THEN
+        v_cutoff := clock_timestamp() - purge.submissions_older_than;
+        DELETE FROM fenceq._submissions AS s
+         WHERE s.submission_id IN (
+            SELECT o.submission_id FROM fenceq._submissions AS o
+             WHERE o.created_at < v_cutoff
+               AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = o.job_id)
+             LIMIT purge.max_rows);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$$;
+
+ALTER FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) IS 'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints and ledger rows, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+
+CREATE FUNCTION fenceq.reap(max_rows integer DEFAULT 1000) RETURNS TABLE(requeued integer, failed integer, cancelled integer, expired integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_left integer := reap.max_rows;
+    v_cutoff timestamptz;
+BEGIN
+    IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    requeued := 0; failed := 0; cancelled := 0; expired := 0;
+    -- A variable, not clock_timestamp() inline: a volatile call cannot be an
+    -- index condition. Each row is re-judged on a fresh reading after its lock.
+    v_cutoff := clock_timestamp();
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.status = 'claimed' AND j.lease_expires_at <= v_cutoff
+         ORDER BY j.lease_expires_at
+         LIMIT v_left
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
+        v_left := v_left - 1;
+        IF v_job.cancel_requested THEN
+            UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
+             WHERE j.job_id = v_job.job_id;
+            cancelled := cancelled + 1;
+        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
+            requeued := requeued + 1;
+        ELSE
+            failed := failed + 1;
+        END IF;
+    END LOOP;
+    IF v_left > 0 THEN
+        v_cutoff := clock_timestamp();
+        WITH overdue AS (
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
+             ORDER BY j.expires_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED)
+        UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+          FROM overdue WHERE j.job_id = overdue.job_id;
+        GET DIAGNOSTICS expired = ROW_COUNT;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+ALTER FUNCTION fenceq.reap(max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.reap(max_rows integer) IS 'Settle expired claims (cancelled, requeued with backoff, or failed + dead letter) and expire overdue pending jobs; at most max_rows, oldest first. Always one row of counts.';
+
+CREATE FUNCTION fenceq.recover_claim(owner_id text, claim_token text) RETURNS SETOF fenceq.claim
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_name(recover_claim.owner_id, 'owner_id');
+    PERFORM fenceq._check_name(recover_claim.claim_token, 'claim_token');
+    SELECT j.* INTO v_job
+      FROM fenceq._claims AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id
+     WHERE c.claim_token = recover_claim.claim_token;
+    IF fenceq._is_live(v_job, recover_claim.owner_id, v_job.generation,
+                       recover_claim.claim_token, clock_timestamp()) THEN
+        RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority,
+            v_job.attempts, v_job.max_attempts, v_job.owner_id, v_job.generation,
+            v_job.claim_token, v_job.lease_expires_at, v_job.budget_expires_at,
+            v_job.cancel_requested, v_job.submission_id,
+            fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq.recover_claim(owner_id text, claim_token text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) IS 'The live claim made by this exact owner and claim token, or no row. Does not claim again and does not renew the lease.';
+
+CREATE FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_run_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_fence(release.job_id, release.owner_id, release.generation, release.claim_token);
+    PERFORM fenceq._check_time(release.run_at, 'run_at');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = release.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT fenceq._is_live(v_job, release.owner_id, release.generation, release.claim_token, v_now)
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    v_run_at := coalesce(release.run_at, v_now);
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL
+     WHERE j.job_id = release.job_id;
+    IF v_run_at <= v_now THEN
+        PERFORM fenceq._notify_jobs(v_job.queue);
+    END IF;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) IS 'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+CREATE FUNCTION fenceq.replay_dead_letter(dlq_id text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+DECLARE
+    v_letter fenceq._dead_letters;
+    v_active_key text;
+    v_now timestamptz;
+BEGIN
+    IF replay_dead_letter.dlq_id IS NULL OR replay_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    SELECT * INTO v_letter FROM fenceq._dead_letters AS d
+     WHERE d.dlq_id = replay_dead_letter.dlq_id FOR UPDATE;
+    IF NOT FOUND OR v_letter.replayed_at IS NOT NULL OR v_letter.discarded_at IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The replayed job becomes active again: its active key must be free.
+    SELECT j.active_key INTO v_active_key FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id;
+    IF v_active_key IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(v_letter.queue, v_active_key, NULL, NULL));
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                    WHERE j.queue = v_letter.queue AND j.active_key = v_active_key
+                      AND j.status IN ('pending', 'claimed')) THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = 0, run_at = v_now, finished_at = NULL,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL
+     WHERE j.job_id = v_letter.job_id AND j.status = 'failed';
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET replayed_at = v_now WHERE d.dlq_id = replay_dead_letter.dlq_id;
+    PERFORM fenceq._notify_jobs(v_letter.queue);
+    RETURN v_letter.job_id;
+END
+$_$;
+
+ALTER FUNCTION fenceq.replay_dead_letter(dlq_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.replay_dead_letter(dlq_id text) IS 'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
+
+CREATE FUNCTION fenceq.resume_queue(queue text) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$ SELECT fenceq._set_queue_flag(resume_queue.queue, 'paused', false) $$;
+
+ALTER FUNCTION fenceq.resume_queue(queue text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.resume_queue(queue text) IS 'Resume claims from a paused queue and notify fenceq_jobs. True when the flag changed; QF101 for an unknown queue.';
+
+CREATE FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(set_pid.job_id, set_pid.owner_id, set_pid.generation, set_pid.claim_token);
+    IF set_pid.pid IS NULL OR set_pid.pid < 1 THEN
+        PERFORM fenceq._raise('QF104', 'pid must be a positive integer');
+    END IF;
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = set_pid.job_id FOR UPDATE;
+    IF NOT fenceq._is_live(v_job, set_pid.owner_id, set_pid.generation, set_pid.claim_token, clock_timestamp())
+       OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j SET pid = set_pid.pid WHERE j.job_id = set_pid.job_id;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) IS 'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
+
+CREATE FUNCTION fenceq.set_queue_notify(queue text, notify boolean) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$ SELECT fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify) $$;
+
+ALTER FUNCTION fenceq.set_queue_notify(queue text, notify boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) IS 'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
+
+CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false) RETURNS text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+        submit.job_id, submit.priority, submit.run_at, submit.expires_at,
+        submit.max_attempts, submit.active_key, submit.force)
+$$;
+
+ALTER FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
+
+CREATE FUNCTION fenceq.submit_batch(queue text, requests jsonb) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[] := '{}';
+    v_request jsonb;
+    v_index bigint;
+BEGIN
+    PERFORM fenceq._check_name(submit_batch.queue, 'queue');
+    IF submit_batch.requests IS NULL OR jsonb_typeof(submit_batch.requests) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', 'requests must be a JSON array');
+    END IF;
+    IF jsonb_array_length(submit_batch.requests) > 10000 THEN
+        PERFORM fenceq._raise('QF100', 'requests may hold at most 10000 elements');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = submit_batch.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    -- Lock every identity of the batch up front, in the one global order.
+    PERFORM fenceq._lock_identities(ARRAY(
+        SELECT k.key
+          FROM jsonb_array_elements(submit_batch.requests) AS r,
+               unnest(fenceq._identity_keys(submit_batch.queue, r.value ->> 'active_key',
+                                            r.value ->> 'job_id', r.value ->> 'submission_id')) AS k(key)
+         WHERE jsonb_typeof(r.value) = 'object'));
+    FOR v_request, v_index IN
+        SELECT r.value, r.ordinality - 1
+          FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
+    LOOP
+        PERFORM set_config('fenceq.batch_index', v_index::text, true);
+        IF jsonb_typeof(v_request) <> 'object' THEN
+            PERFORM fenceq._raise('QF100', 'each request must be a JSON object');
+        END IF;
+        IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
+                    WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force')) THEN
+            PERFORM fenceq._raise('QF100', 'a request has an unknown key');
+        END IF;
+        v_ids := v_ids || fenceq._submit(
+            submit_batch.queue,
+            fenceq._json_text(v_request -> 'task', 'task'),
+            v_request -> 'payload',
+            fenceq._json_text(v_request -> 'submission_id', 'submission_id'),
+            fenceq._json_text(v_request -> 'job_id', 'job_id'),
+            fenceq._json_int(v_request -> 'priority', 'priority'),
+            fenceq._json_time(v_request -> 'run_at', 'run_at'),
+            fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
+            fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
+            fenceq._json_text(v_request -> 'active_key', 'active_key'),
+            fenceq._json_bool(v_request -> 'force', 'force'));
+    END LOOP;
+    PERFORM set_config('fenceq.batch_index', '', true);
+    RETURN v_ids;
+END
+$$;
+
+ALTER FUNCTION fenceq.submit_batch(queue text, requests jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) IS 'Submit a JSON array of requests (keys: submit''s parameters but queue) all or nothing; returns job ids in input order. Errors carry the element index in DETAIL.';
+
+CREATE FUNCTION fenceq.verify_schema() RETURNS TABLE(check_name text, ok boolean, detail text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad text;
+BEGIN
+    check_name := 'server_encoding';
+    ok := current_setting('server_encoding') = 'UTF8';
+    detail := CASE WHEN ok THEN 'UTF8' ELSE 'server_encoding must be UTF8' END;
+    RETURN NEXT;
+
+    -- Every column this version reads or writes, with its exact type.
+    WITH expected(tbl, col, typ, not_null) AS (VALUES
+        ('_queues', 'queue', 'text', true), ('_queues', 'lease', 'interval', true),
+        ('_queues', 'max_attempts', 'integer', true), ('_queues', 'backoff_base', 'interval', true),
+        ('_queues', 'backoff_factor', 'double precision', true), ('_queues', 'backoff_max', 'interval', true),
+        ('_queues', 'dead_letter', 'boolean', true), ('_queues', 'paused', 'boolean', true),
+        ('_queues', 'notify', 'boolean', true), ('_queues', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
+        ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
+        ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
+        ('_jobs', 'status', 'text', true), ('_jobs', 'attempts', 'integer', true),
+        ('_jobs', 'max_attempts', 'integer', true), ('_jobs', 'run_at', 'timestamp with time zone', true),
+        ('_jobs', 'expires_at', 'timestamp with time zone', false), ('_jobs', 'owner_id', 'text', false),
+        ('_jobs', 'generation', 'bigint', true), ('_jobs', 'claim_token', 'text', false),
+        ('_jobs', 'lease', 'interval', false), ('_jobs', 'lease_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'budget_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'cancel_requested', 'boolean', true), ('_jobs', 'pid', 'integer', false),
+        ('_jobs', 'result', 'jsonb', false), ('_jobs', 'last_error', 'text', false),
+        ('_jobs', 'submission_id', 'text', false), ('_jobs', 'fingerprint', 'text', false),
+        ('_jobs', 'active_key', 'text', false), ('_jobs', 'dlq_id', 'text', false),
+        ('_jobs', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'finished_at', 'timestamp with time zone', false),
+        ('_submissions', 'submission_id', 'text', true), ('_submissions', 'fingerprint', 'text', true),
+        ('_submissions', 'job_id', 'text', true), ('_submissions', 'queue', 'text', true),
+        ('_submissions', 'created_at', 'timestamp with time zone', true),
+        ('_claims', 'claim_token', 'text', true), ('_claims', 'job_id', 'text', true),
+        ('_claims', 'generation', 'bigint', true), ('_claims', 'owner_id', 'text', true),
+        ('_claims', 'claimed_at', 'timestamp with time zone', true),
+        ('_checkpoints', 'job_id', 'text', true), ('_checkpoints', 'step', 'text', true),
+        ('_checkpoints', 'value', 'jsonb', true), ('_checkpoints', 'generation', 'bigint', true),
+        ('_checkpoints', 'recorded_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'dlq_id', 'text', true), ('_dead_letters', 'job_id', 'text', true),
+        ('_dead_letters', 'queue', 'text', true), ('_dead_letters', 'task', 'text', true),
+        ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
+        ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attribute AS a
+        ON a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col
+       AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE a.attname IS NULL
+        OR format_type(a.atttypid, a.atttypmod) <> e.typ
+        OR a.attnotnull <> e.not_null;
+    check_name := 'column_types'; ok := v_bad IS NULL;
+    detail := coalesce('wrong or missing: ' || v_bad, 'all columns as expected');
+    RETURN NEXT;
+
+    -- Every text column is compared exactly: its collation must be
+    -- deterministic (a nondeterministic ICU collation would fold case).
+    SELECT string_agg(c.relname || '.' || a.attname, ', ' ORDER BY c.relname, a.attname) INTO v_bad
+      FROM pg_attribute AS a
+      JOIN pg_class AS c ON c.oid = a.attrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+      JOIN pg_collation AS co ON co.oid = a.attcollation
+     WHERE n.nspname = 'fenceq' AND c.relkind = 'r' AND c.relname LIKE '\_%'
+       AND a.attnum > 0 AND NOT a.attisdropped AND NOT co.collisdeterministic;
+    check_name := 'deterministic_collations'; ok := v_bad IS NULL;
+    detail := coalesce('nondeterministic: ' || v_bad, 'all text columns deterministic');
+    RETURN NEXT;
+
+    -- Identity is arbitrated by exact, full, single-column unique indexes.
+    FOR check_name, v_bad IN VALUES ('claim_token_unique', '_claims.claim_token'),
+                                    ('submission_id_unique', '_submissions.submission_id'),
+                                    ('job_id_unique', '_jobs.job_id')
+    LOOP
+        SELECT count(*) = 1 INTO ok
+          FROM pg_index AS i
+          JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          JOIN pg_collation AS co ON co.oid = i.indcollation[0]
+         WHERE i.indrelid = to_regclass('fenceq.' || split_part(v_bad, '.', 1))
+           AND a.attname = split_part(v_bad, '.', 2)
+           AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indnkeyatts = 1
+           AND i.indpred IS NULL AND i.indexprs IS NULL AND co.collisdeterministic;
+        detail := CASE WHEN ok THEN 'exact unique index on ' || v_bad
+                       ELSE 'needs exactly one full single-column unique index on ' || v_bad END;
+        RETURN NEXT;
+    END LOOP;
+
+    -- At most one active job per (queue, active_key) is arbitrated by this
+    -- exact partial unique index (submit relies on it in ON CONFLICT).
+    SELECT count(*) = 1 INTO ok
+      FROM pg_index AS i
+     WHERE i.indrelid = to_regclass('fenceq._jobs') AND i.indisunique AND i.indisvalid
+       AND i.indnatts = 2 AND i.indexprs IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+              FROM unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+           = ARRAY['queue', 'active_key']
+       AND pg_get_expr(i.indpred, i.indrelid)
+           = '((active_key IS NOT NULL) AND (status = ANY (ARRAY[''pending''::text, ''claimed''::text])))';
+    check_name := 'active_key_unique';
+    detail := CASE WHEN ok THEN 'partial unique index on _jobs (queue, active_key) for active jobs'
+                   ELSE 'needs the partial unique index on _jobs (queue, active_key) WHERE active' END;
+    RETURN NEXT;
+
+    -- The public shapes callers read: the claim type and the views, with
+    -- their columns in contract order (they are only ever appended to).
+    WITH expected(obj, cols) AS (VALUES
+        ('claim', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'attempt', 'max_attempts',
+                        'owner_id', 'generation', 'claim_token', 'lease_expires_at', 'budget_expires_at',
+                        'cancel_requested', 'submission_id', 'checkpoints']),
+        ('jobs', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'status', 'attempts',
+                       'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
+                       'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
+                       'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
+                       'created_at', 'finished_at']),
+        ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
+        ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
+                              'oldest_due_age', 'paused', 'notify']),
+        ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
+                               'failed_at', 'replayed_at', 'discarded_at']))
+    SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
+      FROM expected AS e
+     WHERE e.cols IS DISTINCT FROM (
+            SELECT (array_agg(a.attname::text ORDER BY a.attnum))[1:cardinality(e.cols)]
+              FROM pg_class AS c
+              JOIN pg_namespace AS n ON n.oid = c.relnamespace
+              JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+             WHERE n.nspname = 'fenceq' AND c.relname = e.obj AND c.relkind IN ('v', 'c'));
+    check_name := 'public_shapes'; ok := v_bad IS NULL;
+    detail := coalesce('missing or reordered columns: ' || v_bad, 'claim type and views as expected');
+    RETURN NEXT;
+
+    -- No default may manufacture identity or an invalid state.
+    WITH expected(tbl, col, def) AS (VALUES
+        ('_jobs', 'job_id', NULL), ('_jobs', 'owner_id', NULL), ('_jobs', 'claim_token', NULL),
+        ('_jobs', 'submission_id', NULL), ('_jobs', 'fingerprint', NULL), ('_jobs', 'active_key', NULL),
+        ('_jobs', 'dlq_id', NULL), ('_jobs', 'lease_expires_at', NULL), ('_jobs', 'pid', NULL),
+        ('_jobs', 'generation', '0'), ('_jobs', 'attempts', '0'),
+        ('_jobs', 'status', '''pending''::text'), ('_jobs', 'cancel_requested', 'false'),
+        ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
+        ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
+        ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attrdef AS d
+        ON d.adrelid = to_regclass('fenceq.' || e.tbl)
+       AND d.adnum = (SELECT a.attnum FROM pg_attribute AS a
+                       WHERE a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col)
+     WHERE pg_get_expr(d.adbin, d.adrelid) IS DISTINCT FROM e.def;
+    check_name := 'defaults'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected default: ' || v_bad, 'no default manufactures identity or state');
+    RETURN NEXT;
+
+    -- Nothing may rewrite what the functions store behind their back.
+    SELECT string_agg(c.relname || '.' || t.tgname, ', ') INTO v_bad
+      FROM pg_trigger AS t
+      JOIN pg_class AS c ON c.oid = t.tgrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'fenceq' AND NOT t.tgisinternal;
+    check_name := 'no_triggers'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
+    RETURN NEXT;
+
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef;
+    check_name := 'security_definer'; ok := v_bad IS NULL;
+    detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
+    RETURN NEXT;
+
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq'
+       AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
+    check_name := 'pinned_search_path'; ok := v_bad IS NULL;
+    detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT p.proname, ', ') INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS acl
+     WHERE n.nspname = 'fenceq' AND acl.grantee = 0 AND acl.privilege_type = 'EXECUTE';
+    check_name := 'no_public_execute'; ok := v_bad IS NULL;
+    detail := coalesce('PUBLIC may execute: ' || v_bad, 'PUBLIC has no EXECUTE');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT o.name, ', ') INTO v_bad FROM (
+        SELECT p.proname AS name, p.proowner AS owner
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq'
+        UNION ALL
+        SELECT c.relname, c.relowner
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')) AS o
+      JOIN pg_roles AS r ON r.oid = o.owner
+     WHERE r.rolsuper;
+    check_name := 'owner_not_superuser'; ok := v_bad IS NULL;
+    detail := coalesce('owned by a superuser: ' || v_bad, 'no fenceq object is owned by a superuser');
+    RETURN NEXT;
+END
+$$;
+
+ALTER FUNCTION fenceq.verify_schema() OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.verify_schema() IS 'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
+
+CREATE FUNCTION fenceq.version() RETURNS text
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$ SELECT '1' $$;
+
+ALTER FUNCTION fenceq.version() OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';
+
+CREATE TABLE fenceq._checkpoints (
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    step text NOT NULL COLLATE pg_catalog."C",
+    value jsonb NOT NULL,
+    generation bigint NOT NULL,
+    recorded_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE fenceq._checkpoints OWNER TO fenceq_owner;
+
+CREATE TABLE fenceq._claims (
+    claim_token text NOT NULL COLLATE pg_catalog."C",
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    generation bigint NOT NULL,
+    owner_id text NOT NULL COLLATE pg_catalog."C",
+    claimed_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE fenceq._claims OWNER TO fenceq_owner;
+
+CREATE TABLE fenceq._dead_letters (
+    dlq_id text NOT NULL COLLATE pg_catalog."C",
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    queue text NOT NULL COLLATE pg_catalog."C",
+    task text NOT NULL COLLATE pg_catalog."C",
+    error text,
+    attempts integer NOT NULL,
+    failed_at timestamp with time zone NOT NULL,
+    replayed_at timestamp with time zone,
+    discarded_at timestamp with time zone
+);
+
+ALTER TABLE fenceq._dead_letters OWNER TO fenceq_owner;
+
+ALTER TABLE fenceq._jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME fenceq._jobs_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE fenceq._queues (
+    queue text NOT NULL COLLATE pg_catalog."C",
+    lease interval NOT NULL,
+    max_attempts integer NOT NULL,
+    backoff_base interval NOT NULL,
+    backoff_factor double precision NOT NULL,
+    backoff_max interval NOT NULL,
+    dead_letter boolean NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    notify boolean DEFAULT true NOT NULL,
+    created_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE fenceq._queues OWNER TO fenceq_owner;
+
+CREATE TABLE fenceq._submissions (
+    submission_id text NOT NULL COLLATE pg_catalog."C",
+    fingerprint text NOT NULL COLLATE pg_catalog."C",
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    queue text NOT NULL COLLATE pg_catalog."C",
+    created_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE fenceq._submissions OWNER TO fenceq_owner;
+
+CREATE VIEW fenceq.attempts AS
+ SELECT c.job_id,
+    c.generation,
+    c.owner_id,
+    c.claimed_at
+   FROM fenceq._claims c;
+
+ALTER TABLE fenceq.attempts OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
+
+CREATE VIEW fenceq.dead_letters AS
+ SELECT d.dlq_id,
+    d.job_id,
+    d.queue,
+    d.task,
+    d.error,
+    d.attempts,
+    d.failed_at,
+    d.replayed_at,
+    d.discarded_at
+   FROM fenceq._dead_letters d;
+
+ALTER TABLE fenceq.dead_letters OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed.';
+
+CREATE VIEW fenceq.queue_stats AS
+ SELECT q.queue,
+    COALESCE(p.pending, (0)::bigint) AS pending,
+    COALESCE(p.due, (0)::bigint) AS due,
+    COALESCE(c.claimed, (0)::bigint) AS claimed,
+    COALESCE(c.cancel_requested, (0)::bigint) AS cancel_requested,
+    (clock_timestamp() - p.oldest_due) AS oldest_due_age,
+    q.paused,
+    q.notify
+   FROM ((fenceq._queues q
+     LEFT JOIN LATERAL ( SELECT count(*) AS pending,
+            count(*) FILTER (WHERE (j.run_at <= clock_timestamp())) AS due,
+            min(j.run_at) FILTER (WHERE (j.run_at <= clock_timestamp())) AS oldest_due
+           FROM fenceq._jobs j
+          WHERE ((j.queue = q.queue) AND (j.status = 'pending'::text))) p ON (true))
+     LEFT JOIN LATERAL ( SELECT count(*) AS claimed,
+            count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
+           FROM fenceq._jobs j
+          WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text))) c ON (true));
+
+ALTER TABLE fenceq.queue_stats OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, and the paused and notify flags.';
+
+CREATE TABLE fenceq_migrations._yoyo_log (
+    id character varying(36) NOT NULL,
+    migration_hash character varying(64),
+    migration_id character varying(255),
+    operation character varying(10),
+    username character varying(255),
+    hostname character varying(255),
+    comment character varying(255),
+    created_at_utc timestamp without time zone
+);
+
+ALTER TABLE fenceq_migrations._yoyo_log OWNER TO postgres;
+
+CREATE TABLE fenceq_migrations._yoyo_migration (
+    migration_hash character varying(64) NOT NULL,
+    migration_id character varying(255),
+    applied_at_utc timestamp without time zone
+);
+
+ALTER TABLE fenceq_migrations._yoyo_migration OWNER TO postgres;
+
+CREATE TABLE fenceq_migrations._yoyo_version (
+    version integer NOT NULL,
+    installed_at_utc timestamp without time zone
+);
+
+ALTER TABLE fenceq_migrations._yoyo_version OWNER TO postgres;
+
+CREATE TABLE fenceq_migrations.yoyo_lock (
+    locked integer DEFAULT 1 NOT NULL,
+    ctime timestamp without time zone,
+    pid integer NOT NULL
+);
+
+ALTER TABLE fenceq_migrations.yoyo_lock OWNER TO postgres;
+
+ALTER TABLE ONLY fenceq._checkpoints
+    ADD CONSTRAINT _checkpoints_pkey PRIMARY KEY (job_id, step);
+
+ALTER TABLE ONLY fenceq._claims
+    ADD CONSTRAINT _claims_pkey PRIMARY KEY (claim_token);
+
+ALTER TABLE ONLY fenceq._dead_letters
+    ADD CONSTRAINT _dead_letters_pkey PRIMARY KEY (dlq_id);
+
+ALTER TABLE ONLY fenceq._jobs
+    ADD CONSTRAINT _jobs_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE ONLY fenceq._queues
+    ADD CONSTRAINT _queues_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY fenceq._submissions
+    ADD CONSTRAINT _submissions_pkey PRIMARY KEY (submission_id);
+
+ALTER TABLE ONLY fenceq_migrations._yoyo_log
+    ADD CONSTRAINT _yoyo_log_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY fenceq_migrations._yoyo_migration
+    ADD CONSTRAINT _yoyo_migration_pkey PRIMARY KEY (migration_hash);
+
+ALTER TABLE ONLY fenceq_migrations._yoyo_version
+    ADD CONSTRAINT _yoyo_version_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY fenceq_migrations.yoyo_lock
+    ADD CONSTRAINT yoyo_lock_pkey PRIMARY KEY (locked);
+
+CREATE INDEX _claims_job_idx ON fenceq._claims USING btree (job_id, generation);
+
+CREATE INDEX _dead_letters_job_idx ON fenceq._dead_letters USING btree (job_id);
+
+CREATE UNIQUE INDEX _jobs_active_key_idx ON fenceq._jobs USING btree (queue, active_key) WHERE ((active_key IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'claimed'::text])));
+
+CREATE INDEX _jobs_claim_idx ON fenceq._jobs USING btree (queue, priority DESC, run_at, seq) WHERE (status = 'pending'::text);
+
+CREATE INDEX _jobs_claimed_idx ON fenceq._jobs USING btree (queue) WHERE (status = 'claimed'::text);
+
+CREATE INDEX _jobs_expires_idx ON fenceq._jobs USING btree (expires_at) WHERE ((status = 'pending'::text) AND (expires_at IS NOT NULL));
+
+CREATE INDEX _jobs_finished_idx ON fenceq._jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
+
+CREATE INDEX _submissions_job_idx ON fenceq._submissions USING btree (job_id);
+
+GRANT USAGE ON SCHEMA fenceq TO fenceq_producer;
+GRANT USAGE ON SCHEMA fenceq TO fenceq_worker;
+GRANT USAGE ON SCHEMA fenceq TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._canonical_json(value jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_interval(value interval, what text, allow_zero boolean, nullable boolean, backwards boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_json(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_name(value text, what text, max_length integer, nullable boolean, code text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_names(names text[], what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_time(value timestamp with time zone, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._json_bool(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._json_int(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._json_text(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._json_time(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._utc_text(value timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.jobs TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.jobs TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.get_job(job_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.get_job(job_id text) TO fenceq_producer;
+GRANT ALL ON FUNCTION fenceq.get_job(job_id text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.get_job(job_id text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.pause_queue(queue text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.pause_queue(queue text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.reap(max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.reap(max_rows integer) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.reap(max_rows integer) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.resume_queue(queue text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.resume_queue(queue text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_producer;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_producer;
+GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.verify_schema() FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.verify_schema() TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.version() FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.version() TO fenceq_producer;
+GRANT ALL ON FUNCTION fenceq.version() TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.version() TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.attempts TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.attempts TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_admin;
