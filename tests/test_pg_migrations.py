@@ -8,6 +8,8 @@ import uuid
 from concurrent.futures import ProcessPoolExecutor
 
 import psycopg
+
+import fenceq
 import pytest
 from yoyo import get_backend, read_migrations
 
@@ -90,3 +92,22 @@ def test_cli_reports_unreachable_database_without_a_traceback():
     done = _cli("verify", "--url", "postgresql://nobody:secret-pw@127.0.0.1:1/none")
     assert done.returncode != 0
     assert "Traceback" not in done.stderr and "secret-pw" not in done.stderr
+
+
+def test_downgrade_refuses_to_lose_identities_unless_allowed(empty_db):
+    from fenceq.errors import FenceqError
+    from fenceq.migrate import rollback
+
+    migrate(empty_db)
+    with fenceq.connect(empty_db) as client:
+        client.create_queue("q")
+        client.submit("q", "t", submission_id="keep-me")
+    with pytest.raises(FenceqError) as info:
+        rollback(empty_db)
+    assert info.value.sqlstate == "QF901"
+    with fenceq.connect(empty_db) as client:
+        assert client.submit("q", "t", submission_id="keep-me")  # nothing was dropped
+    assert _applied(empty_db) == ["0001_fenceq_v1"]
+    assert rollback(empty_db, allow_data_loss=True) == ["0001_fenceq_v1"]
+    assert _applied(empty_db) == []
+    assert all(c.ok for c in migrate(empty_db))  # up again

@@ -9,7 +9,10 @@ text `fenceq sql` prints. A later change to the schema adds a new migration
 and a new file; it never edits these.
 
 Rollback drops the schema and everything in it: every job, submission
-identity and claim ledger row is lost.
+identity and claim ledger row is lost. It first locks the tables, then
+refuses (QF901) while submission identities are retained or claims are live,
+unless the session set fenceq.allow_data_loss = on
+(`fenceq.migrate.rollback(url, allow_data_loss=True)`).
 """
 
 from yoyo import step
@@ -24,8 +27,29 @@ def apply(conn):
     conn.cursor().execute(read_sql("postgres", FILES))
 
 
+ROLLBACK = """
+DO $$
+BEGIN
+    IF to_regnamespace('fenceq') IS NULL THEN
+        RETURN;
+    END IF;
+    LOCK TABLE fenceq._jobs, fenceq._submissions, fenceq._claims IN ACCESS EXCLUSIVE MODE;
+    IF coalesce(current_setting('fenceq.allow_data_loss', true), '') <> 'on' AND (
+        EXISTS (SELECT 1 FROM fenceq._submissions)
+        OR EXISTS (SELECT 1 FROM fenceq._jobs
+                    WHERE status = 'claimed' AND lease_expires_at > clock_timestamp())) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: this downgrade would lose retained submission identities or live claims; '
+                      'set fenceq.allow_data_loss = on to proceed';
+    END IF;
+END
+$$;
+DROP SCHEMA IF EXISTS fenceq CASCADE;
+"""
+
+
 def rollback(conn):
-    conn.cursor().execute("DROP SCHEMA IF EXISTS fenceq CASCADE")
+    conn.cursor().execute(ROLLBACK)
 
 
 steps = [step(apply, rollback)]

@@ -82,13 +82,17 @@ def install_script(backend: str) -> str:
     raise config_error("QF100", "backend must be postgres or sqlite")
 
 
-def _yoyo_url_pg(url: str) -> str:
+def _yoyo_url_pg(url: str, *, allow_data_loss: bool = False) -> str:
+    """yoyo's URL for a database: its tables in their own schema; the data
+    loss flag travels as a connection option because yoyo runs each
+    migration on a fresh copy of its connection."""
     from ._postgres import connection_url
 
     plain = connection_url(url)
     rest = plain.split("://", 1)[1]
     separator = "&" if "?" in rest else "?"
-    return f"postgresql+psycopg://{rest}{separator}schema={PG_MIGRATION_SCHEMA}"
+    options = "&options=-c%20fenceq.allow_data_loss%3Don" if allow_data_loss else ""
+    return f"postgresql+psycopg://{rest}{separator}schema={PG_MIGRATION_SCHEMA}{options}"
 
 
 def migrate(url: str) -> list[Any]:
@@ -122,6 +126,32 @@ def migrate(url: str) -> list[Any]:
         raise translate(exc.sqlstate, exc.diag.message_primary) from exc
     with Client(PostgresBackend(url=url), url) as client:
         return check(client.verify_schema())
+
+
+def rollback(url: str, *, allow_data_loss: bool = False) -> list[str]:
+    """Roll back every applied migration, newest first. A step that would lose retained submission
+    identities or live claims refuses (QF901) unless ``allow_data_loss``.
+    Returns the ids rolled back. PostgreSQL only."""
+    import psycopg
+    from yoyo import get_backend, read_migrations
+
+    from ._postgres import connection_url
+    from .errors import translate
+
+    try:
+        with psycopg.connect(connection_url(url), autocommit=True) as lock_conn:
+            lock_conn.execute(f"SELECT pg_advisory_lock({PG_MIGRATE_LOCK})")
+            backend = get_backend(_yoyo_url_pg(url, allow_data_loss=allow_data_loss))
+            try:
+                migrations = read_migrations(str(migrations_dir("postgres")))
+                chosen = backend.to_rollback(migrations)
+                with backend.lock():
+                    backend.rollback_migrations(chosen)
+                return [m.id for m in chosen]
+            finally:
+                backend.connection.close()
+    except psycopg.Error as exc:
+        raise translate(exc.sqlstate, exc.diag.message_primary) from exc
 
 
 def check(results: list[Any]) -> list[Any]:
