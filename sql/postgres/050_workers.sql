@@ -3,6 +3,7 @@
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
 -- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
+-- _lock_live does exactly that for every fenced write below.
 
 -- _is_live: whether a locked job row is the live claim of this fence at now.
 CREATE OR REPLACE FUNCTION fenceq._is_live(
@@ -21,6 +22,33 @@ AS $$
 $$;
 COMMENT ON FUNCTION fenceq._is_live(fenceq._jobs, text, bigint, text, timestamptz) IS
     'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+
+-- _lock_live: the fenced-write preamble. Refuses a malformed fence (QF106),
+-- locks the job row by primary key, then reads clock_timestamp() and judges
+-- the claim. Returns the locked row when this fence is the live claim, else
+-- a row of NULLs. The lock is held until the caller's transaction ends.
+CREATE OR REPLACE FUNCTION fenceq._lock_live(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS fenceq._jobs
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
+                                _lock_live.generation, _lock_live.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
+    IF fenceq._is_live(v_job, _lock_live.owner_id, _lock_live.generation,
+                       _lock_live.claim_token, clock_timestamp()) THEN
+        RETURN v_job;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_live(text, text, bigint, text) IS
+    'Private. Lock a job row, then judge the fence on a clock read after the lock: the row when live, else NULLs.';
 
 -- _checkpoints_of: the recorded checkpoints of a job as a jsonb object.
 CREATE OR REPLACE FUNCTION fenceq._checkpoints_of(job_id text)
@@ -223,11 +251,11 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
     PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
+                               heartbeat.generation, heartbeat.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token, v_now) THEN
+    IF v_job.job_id IS NULL THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j
@@ -323,12 +351,11 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
     PERFORM fenceq._check_json(complete.result, 'result');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
+                               complete.generation, complete.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, complete.owner_id, complete.generation, complete.claim_token, v_now)
-       OR v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j
@@ -459,7 +486,6 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
     IF fail.error IS NULL THEN
         PERFORM fenceq._raise('QF100', 'error is required');
     END IF;
@@ -467,10 +493,9 @@ BEGIN
         PERFORM fenceq._raise('QF100', 'retry is required');
     END IF;
     PERFORM fenceq._check_time(fail.retry_at, 'retry_at');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = fail.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, fail.owner_id, fail.generation, fail.claim_token, v_now)
-       OR v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     PERFORM fenceq._retry_or_fail(v_job, fail.error, fail.retry, fail.retry_at, v_now);
@@ -496,12 +521,11 @@ DECLARE
     v_now timestamptz;
     v_run_at timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(release.job_id, release.owner_id, release.generation, release.claim_token);
     PERFORM fenceq._check_time(release.run_at, 'run_at');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = release.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(release.job_id, release.owner_id,
+                               release.generation, release.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, release.owner_id, release.generation, release.claim_token, v_now)
-       OR v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     v_run_at := coalesce(release.run_at, v_now);
@@ -537,15 +561,15 @@ DECLARE
     v_now timestamptz;
     v_recorded jsonb;
 BEGIN
-    PERFORM fenceq._check_fence(checkpoint.job_id, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token);
     PERFORM fenceq._check_name(checkpoint.step, 'step');
     IF checkpoint.value IS NULL OR jsonb_typeof(checkpoint.value) = 'null' THEN
         PERFORM fenceq._raise('QF103', 'a checkpoint value may not be null');
     END IF;
     PERFORM fenceq._check_json(checkpoint.value, 'value');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = checkpoint.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(checkpoint.job_id, checkpoint.owner_id,
+                               checkpoint.generation, checkpoint.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token, v_now) THEN
+    IF v_job.job_id IS NULL THEN
         RETURN NULL;
     END IF;
     SELECT c.value INTO v_recorded FROM fenceq._checkpoints AS c
@@ -580,13 +604,12 @@ AS $$
 DECLARE
     v_job fenceq._jobs;
 BEGIN
-    PERFORM fenceq._check_fence(set_pid.job_id, set_pid.owner_id, set_pid.generation, set_pid.claim_token);
     IF set_pid.pid IS NULL OR set_pid.pid < 1 THEN
         PERFORM fenceq._raise('QF104', 'pid must be a positive integer');
     END IF;
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = set_pid.job_id FOR UPDATE;
-    IF NOT fenceq._is_live(v_job, set_pid.owner_id, set_pid.generation, set_pid.claim_token, clock_timestamp())
-       OR v_job.cancel_requested THEN
+    v_job := fenceq._lock_live(set_pid.job_id, set_pid.owner_id,
+                               set_pid.generation, set_pid.claim_token);
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j SET pid = set_pid.pid WHERE j.job_id = set_pid.job_id;
@@ -635,13 +658,10 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
-        acknowledge_cancel.generation, acknowledge_cancel.claim_token);
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = acknowledge_cancel.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
+                               acknowledge_cancel.generation, acknowledge_cancel.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, acknowledge_cancel.owner_id, acknowledge_cancel.generation,
-                           acknowledge_cancel.claim_token, v_now)
-       OR NOT v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR NOT v_job.cancel_requested THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j

@@ -629,6 +629,28 @@ ALTER FUNCTION fenceq._lock_identities(keys text[]) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._lock_identities(keys text[]) IS 'Private. Advisory transaction locks on identity keys, taken in hash order so concurrent submits never deadlock.';
 
+CREATE FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) RETURNS fenceq._jobs
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
+                                _lock_live.generation, _lock_live.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
+    IF fenceq._is_live(v_job, _lock_live.owner_id, _lock_live.generation,
+                       _lock_live.claim_token, clock_timestamp()) THEN
+        RETURN v_job;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) IS 'Private. Lock a job row, then judge the fence on a clock read after the lock: the row when live, else NULLs.';
+
 CREATE FUNCTION fenceq._notify_jobs(queue text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -877,13 +899,10 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
-        acknowledge_cancel.generation, acknowledge_cancel.claim_token);
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = acknowledge_cancel.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
+                               acknowledge_cancel.generation, acknowledge_cancel.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, acknowledge_cancel.owner_id, acknowledge_cancel.generation,
-                           acknowledge_cancel.claim_token, v_now)
-       OR NOT v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR NOT v_job.cancel_requested THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j
@@ -976,15 +995,15 @@ DECLARE
     v_now timestamptz;
     v_recorded jsonb;
 BEGIN
-    PERFORM fenceq._check_fence(checkpoint.job_id, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token);
     PERFORM fenceq._check_name(checkpoint.step, 'step');
     IF checkpoint.value IS NULL OR jsonb_typeof(checkpoint.value) = 'null' THEN
         PERFORM fenceq._raise('QF103', 'a checkpoint value may not be null');
     END IF;
     PERFORM fenceq._check_json(checkpoint.value, 'value');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = checkpoint.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(checkpoint.job_id, checkpoint.owner_id,
+                               checkpoint.generation, checkpoint.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, checkpoint.owner_id, checkpoint.generation, checkpoint.claim_token, v_now) THEN
+    IF v_job.job_id IS NULL THEN
         RETURN NULL;
     END IF;
     SELECT c.value INTO v_recorded FROM fenceq._checkpoints AS c
@@ -1062,12 +1081,11 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
     PERFORM fenceq._check_json(complete.result, 'result');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
+                               complete.generation, complete.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, complete.owner_id, complete.generation, complete.claim_token, v_now)
-       OR v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j
@@ -1186,7 +1204,6 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
     IF fail.error IS NULL THEN
         PERFORM fenceq._raise('QF100', 'error is required');
     END IF;
@@ -1194,10 +1211,9 @@ BEGIN
         PERFORM fenceq._raise('QF100', 'retry is required');
     END IF;
     PERFORM fenceq._check_time(fail.retry_at, 'retry_at');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = fail.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, fail.owner_id, fail.generation, fail.claim_token, v_now)
-       OR v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     PERFORM fenceq._retry_or_fail(v_job, fail.error, fail.retry, fail.retry_at, v_now);
@@ -1264,11 +1280,11 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
     PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
+                               heartbeat.generation, heartbeat.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token, v_now) THEN
+    IF v_job.job_id IS NULL THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j
@@ -1465,12 +1481,11 @@ DECLARE
     v_now timestamptz;
     v_run_at timestamptz;
 BEGIN
-    PERFORM fenceq._check_fence(release.job_id, release.owner_id, release.generation, release.claim_token);
     PERFORM fenceq._check_time(release.run_at, 'run_at');
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = release.job_id FOR UPDATE;
+    v_job := fenceq._lock_live(release.job_id, release.owner_id,
+                               release.generation, release.claim_token);
     v_now := clock_timestamp();
-    IF NOT fenceq._is_live(v_job, release.owner_id, release.generation, release.claim_token, v_now)
-       OR v_job.cancel_requested THEN
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     v_run_at := coalesce(release.run_at, v_now);
@@ -1555,13 +1570,12 @@ CREATE FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, cl
 DECLARE
     v_job fenceq._jobs;
 BEGIN
-    PERFORM fenceq._check_fence(set_pid.job_id, set_pid.owner_id, set_pid.generation, set_pid.claim_token);
     IF set_pid.pid IS NULL OR set_pid.pid < 1 THEN
         PERFORM fenceq._raise('QF104', 'pid must be a positive integer');
     END IF;
-    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = set_pid.job_id FOR UPDATE;
-    IF NOT fenceq._is_live(v_job, set_pid.owner_id, set_pid.generation, set_pid.claim_token, clock_timestamp())
-       OR v_job.cancel_requested THEN
+    v_job := fenceq._lock_live(set_pid.job_id, set_pid.owner_id,
+                               set_pid.generation, set_pid.claim_token);
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
     UPDATE fenceq._jobs AS j SET pid = set_pid.pid WHERE j.job_id = set_pid.job_id;
@@ -2125,6 +2139,8 @@ REVOKE ALL ON FUNCTION fenceq._json_text(value jsonb, what text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION fenceq._json_time(value jsonb, what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
 
