@@ -61,9 +61,12 @@ def _job(row: Mapping[str, Any] | None) -> Job | None:
 
 # Queues ---------------------------------------------------------------------
 
-def create_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
-                 backoff_max=None, dead_letter=None) -> Op:
-    return Op("create_queue", _args(
+_QUEUE_SETTINGS = ("lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter")
+
+
+def _queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor, backoff_max,
+                    dead_letter) -> list[tuple[str, str, Any]]:
+    return [
         ("queue", "text", v.name(queue, "queue")),
         ("lease", "interval", v.duration(lease, "lease")),
         ("max_attempts", "integer", v.integer(max_attempts, "max_attempts", minimum=1)),
@@ -71,21 +74,22 @@ def create_queue(queue, lease=None, max_attempts=None, backoff_base=None, backof
         ("backoff_factor", "double", v.factor(backoff_factor)),
         ("backoff_max", "interval", v.duration(backoff_max, "backoff_max", allow_zero=True)),
         ("dead_letter", "boolean", None if dead_letter is None else v.boolean(dead_letter, "dead_letter")),
-        optional=("lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter"),
-    ), "scalar", bool)
+    ]
+
+
+def create_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
+                 backoff_max=None, dead_letter=None) -> Op:
+    """Settings left None take the function's DEFAULTs."""
+    return Op("create_queue", _args(*_queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor,
+                                                     backoff_max, dead_letter), optional=_QUEUE_SETTINGS),
+              "scalar", bool)
 
 
 def alter_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
                 backoff_max=None, dead_letter=None) -> Op:
-    return Op("alter_queue", _args(
-        ("queue", "text", v.name(queue, "queue")),
-        ("lease", "interval", v.duration(lease, "lease")),
-        ("max_attempts", "integer", v.integer(max_attempts, "max_attempts", minimum=1)),
-        ("backoff_base", "interval", v.duration(backoff_base, "backoff_base", allow_zero=True)),
-        ("backoff_factor", "double", v.factor(backoff_factor)),
-        ("backoff_max", "interval", v.duration(backoff_max, "backoff_max", allow_zero=True)),
-        ("dead_letter", "boolean", None if dead_letter is None else v.boolean(dead_letter, "dead_letter")),
-    ), "void")
+    """Settings left None are sent as NULL: unchanged."""
+    return Op("alter_queue", _args(*_queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor,
+                                                    backoff_max, dead_letter)), "void")
 
 
 def pause_queue(queue) -> Op:
