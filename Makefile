@@ -37,8 +37,9 @@ demo: install
 clean:
 	rm -rf $(VENV) build-fenceq-*.sql
 
-docs: install
+docs: install pg-start
 	$(BIN)/python scripts/gen-docs
+	$(BIN)/python scripts/gen-sql-reference
 
 schema: install pg-start
 	$(BIN)/python scripts/dump-schema

@@ -30,9 +30,10 @@ CREATE TABLE IF NOT EXISTS fenceq._queues (
 );
 
 -- Jobs: one row per job, carrying its current fence (owner_id, generation,
--- claim_token). fillfactor leaves room on each page so that heartbeats and
--- state changes stay HOT updates. No index covers lease_expires_at or pid,
--- which heartbeats and set_pid change, for the same reason.
+-- claim_token). fillfactor leaves room on each page so that heartbeats,
+-- checkpoints and set_pid stay HOT updates: no index covers the columns they
+-- change (lease_expires_at, pid). State changes touch indexed columns
+-- (status, run_at, finished_at) and are ordinary updates.
 CREATE TABLE IF NOT EXISTS fenceq._jobs (
     seq               bigint GENERATED ALWAYS AS IDENTITY,
     job_id            text COLLATE "C" NOT NULL,

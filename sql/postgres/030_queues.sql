@@ -185,7 +185,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$ SELECT fenceq._set_queue_flag(resume_queue.queue, 'paused', false) $$;
 COMMENT ON FUNCTION fenceq.resume_queue(text) IS
-    'Resume claims from a paused queue and notify fenceq_jobs. True when the flag changed; QF101 for an unknown queue.';
+    'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
 
 -- set_queue_notify: whether jobs becoming due send fenceq_jobs notifications.
 CREATE OR REPLACE FUNCTION fenceq.set_queue_notify(queue text, notify boolean)

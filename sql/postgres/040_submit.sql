@@ -139,8 +139,9 @@ COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, times
     'Private. The body of submit, shared with submit_batch.';
 
 -- submit: enqueue one job and return its id.
--- Locking: inserts; with an active key held by another active job and force,
--- locks and cancels that predecessor. Idempotent under submission_id: an
+-- Locking: advisory transaction locks on its identities (active key,
+-- explicit job id, submission id); inserts; with an active key held by
+-- another active job and force, locks and cancels that predecessor. Idempotent under submission_id: an
 -- exact replay returns the original job id (also after the job finished or
 -- was purged); a changed request raises QF201; a busy active key QF202; a
 -- taken explicit job id QF203.

@@ -625,7 +625,7 @@ CREATE OR REPLACE FUNCTION fenceq.claim_state(
     job_id text, owner_id text, generation bigint, claim_token text)
 RETURNS TABLE(cancel_requested boolean, pid integer)
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$

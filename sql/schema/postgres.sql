@@ -1053,7 +1053,7 @@ ALTER FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text,
 COMMENT ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) IS 'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
 
 CREATE FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) RETURNS TABLE(cancel_requested boolean, pid integer)
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 #variable_conflict use_column
@@ -1560,7 +1560,7 @@ CREATE FUNCTION fenceq.resume_queue(queue text) RETURNS boolean
 
 ALTER FUNCTION fenceq.resume_queue(queue text) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.resume_queue(queue text) IS 'Resume claims from a paused queue and notify fenceq_jobs. True when the flag changed; QF101 for an unknown queue.';
+COMMENT ON FUNCTION fenceq.resume_queue(queue text) IS 'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
 
 CREATE FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
