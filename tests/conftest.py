@@ -9,9 +9,13 @@ a fresh database cloned by pytest-postgresql from a template that
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Iterator
 
 import psycopg
@@ -19,10 +23,11 @@ import pytest
 from pytest_postgresql import factories
 
 import fenceq
+from fenceq._sqlite import database_path
 from fenceq.migrate import migrate
 
 PG_PORT = int(os.environ.get("FENCEQ_TEST_PG_PORT", "54329"))
-BACKENDS = ["postgres"]
+BACKENDS = ["postgres", "sqlite"]
 
 
 def pg_url(dbname: str) -> str:
@@ -54,8 +59,12 @@ class Database:
         return await fenceq.connect_async(self.url)
 
     def sql(self, statement: str, params: Any = None) -> list[tuple]:
-        """Run raw SQL as the test superuser (bypassing the client)."""
-        assert self.backend == "postgres"
+        """Run raw SQL bypassing the client (PostgreSQL: as the test
+        superuser; SQLite: on the file, committed)."""
+        if self.backend == "sqlite":
+            with contextlib.closing(sqlite3.connect(database_path(self.url), isolation_level=None)) as conn:
+                cursor = conn.execute(statement, params or ())
+                return cursor.fetchall() if cursor.description else []
         with psycopg.connect(self.url, autocommit=True) as conn:
             cursor = conn.execute(statement, params)
             return cursor.fetchall() if cursor.description else []
@@ -66,8 +75,34 @@ def db(request: pytest.FixtureRequest) -> Iterator[Database]:
     if request.param == "postgres":
         conn = request.getfixturevalue("postgresql")
         yield Database("postgres", pg_url(conn.info.dbname))
+    elif request.param == "sqlite":
+        yield sqlite_database(request.getfixturevalue("tmp_path"))
     else:  # pragma: no cover - other backends register here
         raise AssertionError(request.param)
+
+
+def sqlite_database(folder: Path) -> Database:
+    """A fresh migrated SQLite file: a copy of one migrated template (the
+    migration and its verify_schema run once per session)."""
+    global _sqlite_template
+    if _sqlite_template is None:
+        template = Path(tempfile.mkdtemp(prefix="fenceq-sqlite-template-")) / "template.db"
+        migrate(f"sqlite:///{template}")
+        _sqlite_template = template
+    path = folder / "fenceq.db"
+    with contextlib.closing(sqlite3.connect(_sqlite_template)) as source, \
+            contextlib.closing(sqlite3.connect(path)) as target:
+        source.backup(target)
+    return Database("sqlite", f"sqlite:///{path}")
+
+
+_sqlite_template: Path | None = None
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Database:
+    """A SQLite-only database, for tests of SQLite-specific behaviour."""
+    return sqlite_database(tmp_path)
 
 
 @pytest.fixture

@@ -1,0 +1,587 @@
+"""SQLite backend: every operation runs the statement file
+``sql/sqlite/<name>.sql`` inside one transaction (``BEGIN IMMEDIATE`` for
+writers, a deferred ``BEGIN`` for readers), with named parameters.
+
+The files follow the conventions in ``sql/sqlite/README.md``: statements end
+with ``;`` at the end of a line, every ``:name`` is bound (NULL when the
+caller omitted it), and the last statement's rows are the answer: one row
+whose ``sqlstate`` is set (roll back and raise it) or the result rows with
+``sqlstate`` NULL. Arrays and JSON travel as JSON text, intervals as integer
+microseconds, timestamps as UTC text ``YYYY-MM-DDTHH:MM:SS.ffffffZ``.
+
+Submission fingerprints are computed here, with ``canonical.fingerprint``
+(SQLite has no SHA-256), and JSON is stored in its canonical text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import re
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import canonical
+from ._resources import migrations_dir, sql_dir
+from .errors import PersistenceFailed, config_error, translate
+from .ops import Op, SubmitRequest
+from .types import SchemaCheck
+
+SCHEMA_VERSION = 1
+# How long a call waits for another connection's write transaction before
+# failing with PersistenceFailed ("database is locked" never escapes raw).
+BUSY_TIMEOUT_SECONDS = 10.0
+INT64_MAX = 2**63 - 1
+
+_TIMESTAMP_COLUMNS = frozenset({
+    "run_at", "expires_at", "lease_expires_at", "budget_expires_at", "created_at", "finished_at",
+    "claimed_at", "failed_at", "replayed_at", "discarded_at"})
+_JSON_COLUMNS = frozenset({"payload", "result", "checkpoints"})
+_BOOLEAN_COLUMNS = frozenset({"cancel_requested", "paused", "notify", "ok"})
+_INTERVAL_COLUMNS = frozenset({"oldest_due_age"})
+# Scalar answers that arrive as JSON text (arrays, and checkpoint's value).
+_JSON_VALUES = frozenset({"submit_batch", "heartbeat_batch", "complete_batch", "checkpoint"})
+_STATUS_COLUMNS = ("sqlstate", "message", "detail")
+
+_VIEWS = {
+    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify"
+             " FROM fenceq_queue_stats ORDER BY queue",
+    "attempts": "SELECT job_id, generation, owner_id, claimed_at FROM fenceq_attempts"
+                " WHERE job_id = :job_id ORDER BY generation",
+    "dead_letters": "SELECT dlq_id, job_id, queue, task, error, attempts, failed_at, replayed_at,"
+                    " discarded_at FROM fenceq_dead_letters"
+                    " WHERE (:queue IS NULL OR queue = :queue)"
+                    " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
+                    " ORDER BY failed_at, dlq_id LIMIT :limit",
+}
+
+_PARAMETER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+_LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
+
+
+class StatementFailed(sqlite3.DatabaseError):
+    """A statement file's error row (SQLite cannot raise outside triggers):
+    kept as the ``__cause__`` of the package error, as a driver error is on
+    PostgreSQL."""
+
+    def __init__(self, sqlstate: str, message: str | None, detail: str | None):
+        super().__init__(sqlstate, message, detail)
+        self.sqlstate = sqlstate
+
+
+# Statement files ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    parameters: tuple[str, ...]
+
+
+def split_statements(text: str) -> list[Statement]:
+    """Split a statement file as documented in sql/sqlite/README.md: a
+    statement ends with ``;`` at the end of a line. Chunks holding only
+    comments are dropped."""
+    statements, lines = [], []
+    for line in text.splitlines():
+        lines.append(line)
+        if line.rstrip().endswith(";"):
+            statements.append("\n".join(lines))
+            lines = []
+    statements.append("\n".join(lines))
+    result = []
+    for sql in statements:
+        code = _LITERALS_AND_COMMENTS.sub(" ", sql)
+        if code.strip(" \n\t;"):
+            names = tuple(dict.fromkeys(_PARAMETER.findall(code)))
+            result.append(Statement(sql, names))
+    return result
+
+
+@functools.cache
+def load_script(name: str) -> tuple[Statement, ...]:
+    path = sql_dir("sqlite") / f"{name}.sql"
+    return tuple(split_statements(path.read_text(encoding="utf-8")))
+
+
+def schema_statements() -> list[str]:
+    """The statements of sql/sqlite/schema.sql, for migrations and install."""
+    return [s.sql for s in load_script("schema")]
+
+
+# Parameters ---------------------------------------------------------------------
+
+def interval_micros(value: timedelta) -> int:
+    micros = value // timedelta(microseconds=1)
+    if micros > INT64_MAX:
+        # PostgreSQL refuses such an interval with 22008 as well.
+        raise translate("22008")
+    return micros
+
+
+def _json_array_text(values: Any) -> str:
+    return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+
+
+def _request_json(queue: str, request: SubmitRequest) -> str:
+    fields = {
+        "task": request.task,
+        "submission_id": request.submission_id,
+        "job_id": request.job_id,
+        "priority": request.priority,
+        "run_at": None if request.run_at is None else canonical.utc_text(request.run_at),
+        "expires_at": None if request.expires_at is None else canonical.utc_text(request.expires_at),
+        "max_attempts": request.max_attempts,
+        "active_key": request.active_key,
+        "force": request.force,
+        "fingerprint": _fingerprint(queue, request),
+    }
+    # The payload is already canonical text: splice it in unchanged.
+    return _json_array_text(fields)[:-1] + ',"payload":' + request.payload + "}"
+
+
+def _fingerprint(queue: str, request: SubmitRequest) -> str | None:
+    if request.submission_id is None:
+        return None
+    return canonical.fingerprint(
+        queue=queue, task=request.task, payload=json.loads(request.payload),
+        submission_id=request.submission_id, job_id=request.job_id, priority=request.priority,
+        run_at=request.run_at, expires_at=request.expires_at, max_attempts=request.max_attempts,
+        active_key=request.active_key, force=request.force)
+
+
+def _encode(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == "interval":
+        return interval_micros(value)
+    if kind == "timestamptz":
+        return canonical.utc_text(value)
+    if kind == "boolean":
+        return int(value)
+    if kind in ("text[]", "bigint[]"):
+        return _json_array_text(list(value))
+    if kind == "jsonb[]":
+        return "[" + ",".join("null" if text is None else text for text in value) + "]"
+    return value
+
+
+def parameters(op: Op) -> dict[str, Any]:
+    """The named parameters of an operation's statement file."""
+    values = {arg.name: arg.value for arg in op.args}
+    params = {arg.name: _encode(arg.kind, arg.value) for arg in op.args}
+    if op.name == "submit_batch":
+        params["requests"] = "[" + ",".join(_request_json(values["queue"], request)
+                                            for request in values["requests"]) + "]"
+    elif op.name == "submit":
+        request = SubmitRequest(
+            task=values["task"], payload=values.get("payload") or "null",
+            submission_id=values.get("submission_id"), job_id=values.get("job_id"),
+            priority=values.get("priority"), run_at=values.get("run_at"),
+            expires_at=values.get("expires_at"), max_attempts=values.get("max_attempts"),
+            active_key=values.get("active_key"), force=bool(values.get("force")))
+        params["fingerprint"] = _fingerprint(values["queue"], request)
+    return params
+
+
+# Results ------------------------------------------------------------------------
+
+def _timestamp(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _decode_row(row: dict[str, Any]) -> dict[str, Any]:
+    decoded = {}
+    for column, value in row.items():
+        if value is not None:
+            if column in _TIMESTAMP_COLUMNS:
+                value = _timestamp(value)
+            elif column in _JSON_COLUMNS:
+                value = json.loads(value)
+            elif column in _BOOLEAN_COLUMNS:
+                value = bool(value)
+            elif column in _INTERVAL_COLUMNS:
+                value = timedelta(microseconds=value)
+        decoded[column] = value
+    return decoded
+
+
+def shape(op: Op, rows: list[dict[str, Any]]) -> Any:
+    """The method's answer from the final statement's rows."""
+    if op.result == "rows":
+        return op.convert([_decode_row(row) for row in rows])
+    row = rows[0] if rows else None
+    if op.result == "row":
+        return op.convert(None if row is None else _decode_row(row))
+    if op.result == "void":
+        return None
+    value = None if row is None else row["value"]
+    if value is None:
+        return None
+    if op.name in _JSON_VALUES:
+        value = json.loads(value)
+    return op.convert(value)
+
+
+# Connections --------------------------------------------------------------------
+
+def database_path(url: str) -> str:
+    """The file of a sqlite:///relative.db or sqlite:////absolute.db URL."""
+    scheme, separator, rest = url.partition("://")
+    if scheme.split("+", 1)[0].lower() != "sqlite" or not separator or not rest.startswith("/"):
+        raise config_error("QF100", "a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db")
+    path = rest[1:]
+    if not path or "?" in path or path == ":memory:":
+        raise config_error("QF100", "a SQLite URL must name a database file")
+    return path
+
+
+def open_connection(path: str) -> sqlite3.Connection:
+    """A connection in manual transaction mode (every script is wrapped in
+    its own BEGIN ... COMMIT), waiting up to BUSY_TIMEOUT_SECONDS for locks."""
+    try:
+        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None,
+                                     check_same_thread=False, cached_statements=512)
+        # Committed transactions survive a crash of the process or machine.
+        connection.execute("PRAGMA synchronous = FULL")
+        connection.execute("PRAGMA temp_store = MEMORY")
+        connection.execute("PRAGMA foreign_keys = OFF")
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    return connection
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    if connection.in_transaction:
+        try:
+            connection.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the original failure is what the caller needs to see
+
+
+def execute(connection: sqlite3.Connection, op: Op) -> list[dict[str, Any]]:
+    """Run one operation in its own transaction; return the answer rows
+    without the status columns, or raise the script's error."""
+    params = parameters(op)
+    try:
+        if op.name in _VIEWS:
+            connection.execute("BEGIN")
+            cursor = connection.execute(_VIEWS[op.name], params)
+            rows = cursor.fetchall()
+            columns = [d[0] for d in cursor.description]
+            connection.execute("COMMIT")
+            return [dict(zip(columns, row)) for row in rows]
+        connection.execute("BEGIN IMMEDIATE" if op.writes else "BEGIN")
+        for statement in load_script(op.name):
+            cursor = connection.execute(statement.sql, {n: params.get(n) for n in statement.parameters})
+            rows = cursor.fetchall()
+        columns = [d[0] for d in cursor.description]
+        answer = [dict(zip(columns, row)) for row in rows]
+        if answer and answer[0]["sqlstate"] is not None:
+            _rollback(connection)
+            failed = answer[0]
+            cause = StatementFailed(failed["sqlstate"], failed["message"], failed["detail"])
+            raise translate(cause.sqlstate, failed["message"], failed["detail"]) from cause
+        connection.execute("COMMIT")
+    except sqlite3.Error as exc:
+        _rollback(connection)
+        raise PersistenceFailed() from exc
+    except BaseException:
+        _rollback(connection)
+        raise
+    return [{k: v for k, v in row.items() if k not in _STATUS_COLUMNS} for row in answer]
+
+
+class SqliteBackend:
+    """Runs operations on one owned connection; calls from several threads
+    take turns."""
+
+    name = "sqlite"
+
+    def __init__(self, url: str):
+        self.path = database_path(url)
+        self._connection = open_connection(self.path)
+        self._lock = threading.Lock()
+
+    def run(self, op: Op) -> Any:
+        with self._lock:
+            if op.name == "verify_schema":
+                rows = verify_schema(self._connection)
+            else:
+                rows = execute(self._connection, op)
+        return shape(op, rows)
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+class AsyncSqliteBackend:
+    """The sync backend on a private worker thread, so that no call blocks
+    the event loop."""
+
+    name = "sqlite"
+
+    def __init__(self, backend: SqliteBackend, executor: concurrent.futures.ThreadPoolExecutor):
+        self._backend = backend
+        self._executor = executor
+
+    @classmethod
+    async def connect(cls, url: str) -> "AsyncSqliteBackend":
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fenceq-sqlite")
+        try:
+            backend = await asyncio.get_running_loop().run_in_executor(executor, SqliteBackend, url)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(backend, executor)
+
+    async def run(self, op: Op) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._backend.run, op)
+
+    async def close(self) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._backend.close)
+        finally:
+            self._executor.shutdown(wait=False)
+
+
+# verify_schema ------------------------------------------------------------------
+
+TABLES = ("fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
+          "fenceq__checkpoints", "fenceq__dead_letters")
+
+# Every column this version reads or writes: (declared type, NOT NULL).
+EXPECTED_COLUMNS = {
+    "fenceq__queues": {
+        "queue": ("TEXT", True), "lease": ("INTEGER", True), "max_attempts": ("INTEGER", True),
+        "backoff_base": ("INTEGER", True), "backoff_factor": ("REAL", True),
+        "backoff_max": ("INTEGER", True), "dead_letter": ("INTEGER", True), "paused": ("INTEGER", True),
+        "notify": ("INTEGER", True), "created_at": ("INTEGER", True)},
+    "fenceq__jobs": {
+        "seq": ("INTEGER", False), "job_id": ("TEXT", True), "queue": ("TEXT", True),
+        "task": ("TEXT", True), "payload": ("TEXT", False), "priority": ("INTEGER", True),
+        "status": ("TEXT", True), "attempts": ("INTEGER", True), "max_attempts": ("INTEGER", True),
+        "run_at": ("INTEGER", True), "expires_at": ("INTEGER", False), "owner_id": ("TEXT", False),
+        "generation": ("INTEGER", True), "claim_token": ("TEXT", False), "lease": ("INTEGER", False),
+        "lease_expires_at": ("INTEGER", False), "budget_expires_at": ("INTEGER", False),
+        "cancel_requested": ("INTEGER", True), "pid": ("INTEGER", False), "result": ("TEXT", False),
+        "last_error": ("TEXT", False), "submission_id": ("TEXT", False),
+        "fingerprint": ("TEXT", False), "active_key": ("TEXT", False), "dlq_id": ("TEXT", False),
+        "created_at": ("INTEGER", True), "finished_at": ("INTEGER", False)},
+    "fenceq__submissions": {
+        "submission_id": ("TEXT", True), "fingerprint": ("TEXT", True), "job_id": ("TEXT", True),
+        "queue": ("TEXT", True), "created_at": ("INTEGER", True)},
+    "fenceq__claims": {
+        "claim_token": ("TEXT", True), "job_id": ("TEXT", True), "generation": ("INTEGER", True),
+        "owner_id": ("TEXT", True), "claimed_at": ("INTEGER", True)},
+    "fenceq__checkpoints": {
+        "job_id": ("TEXT", True), "step": ("TEXT", True), "value": ("TEXT", True),
+        "generation": ("INTEGER", True), "recorded_at": ("INTEGER", True)},
+    "fenceq__dead_letters": {
+        "dlq_id": ("TEXT", True), "job_id": ("TEXT", True), "queue": ("TEXT", True),
+        "task": ("TEXT", True), "error": ("TEXT", False), "attempts": ("INTEGER", True),
+        "failed_at": ("INTEGER", True), "replayed_at": ("INTEGER", False),
+        "discarded_at": ("INTEGER", False)},
+}
+
+# The only defaults allowed: none may manufacture identity or a state.
+EXPECTED_DEFAULTS = {
+    ("fenceq__jobs", "status"): "'pending'", ("fenceq__jobs", "attempts"): "0",
+    ("fenceq__jobs", "generation"): "0", ("fenceq__jobs", "cancel_requested"): "0",
+    ("fenceq__queues", "paused"): "0", ("fenceq__queues", "notify"): "1",
+}
+
+# Identity is arbitrated by exact, full, single-column unique indexes.
+IDENTITY_INDEXES = (("claim_token_unique", "fenceq__claims", "claim_token"),
+                    ("submission_id_unique", "fenceq__submissions", "submission_id"),
+                    ("job_id_unique", "fenceq__jobs", "job_id"))
+
+_PROBE_INDEX = "fenceq_verify_probe"
+
+
+def _text_column_collations(db: Any) -> dict[tuple[str, str], str]:
+    """The collation of every TEXT column of the private tables. SQLite
+    reports collations only for index columns, so a probe index over each
+    table's text columns (WHERE 0: it holds no rows) is created, read and
+    rolled back."""
+    collations = {}
+    db.execute(f"SAVEPOINT {_PROBE_INDEX}")
+    try:
+        for table in TABLES:
+            columns = [c.name for c in db.table(table).columns if c.type.upper() == "TEXT"]
+            if not columns:
+                continue
+            probe = f"{_PROBE_INDEX}_{table}"
+            listed = ", ".join(f'"{name}"' for name in columns)
+            db.execute(f'CREATE INDEX "{probe}" ON "{table}" ({listed}) WHERE 0')
+            for index in db.table(table).xindexes:
+                if index.name == probe:
+                    collations.update({(table, c.name): c.coll for c in index.columns if c.key})
+    finally:
+        db.execute(f"ROLLBACK TO {_PROBE_INDEX}")
+        db.execute(f"RELEASE {_PROBE_INDEX}")
+    return collations
+
+
+def _identity_index_ok(db: Any, table: str, column: str) -> bool:
+    exact = 0
+    for index in db.table(table).xindexes:
+        keys = [c for c in index.columns if c.key]
+        listed = {i.name: i for i in db.table(table).indexes}[index.name]
+        if not listed.unique or column not in [c.name for c in keys]:
+            continue
+        if any(c.coll.upper() != "BINARY" for c in keys):
+            return False  # a folding unique index would refuse distinct ids
+        if len(keys) == 1 and not listed.partial:
+            exact += 1
+    return exact == 1
+
+
+def schema_checks(db: Any) -> list[SchemaCheck]:
+    """verify_schema's checks, on a sqlite_utils Database inside a
+    transaction that may write (the probe index is rolled back)."""
+    checks = []
+
+    def record(name: str, bad: list[str], good: str, problem: str) -> None:
+        checks.append(SchemaCheck(name, not bad, f"{problem}: {', '.join(bad)}" if bad else good))
+
+    encoding = db.execute("PRAGMA encoding").fetchone()[0]
+    record("encoding", [] if encoding == "UTF-8" else [encoding], "UTF-8", "encoding must be UTF-8")
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    record("schema_version", [] if version == SCHEMA_VERSION else [str(version)],
+           f"version {SCHEMA_VERSION}", "unexpected user_version")
+    journal = db.journal_mode
+    record("journal_mode", [] if journal == "wal" else [journal], "wal", "journal_mode must be wal")
+
+    missing = [t for t in TABLES if not db.table(t).exists()]
+    record("tables", missing, "all tables present", "missing")
+    if missing:
+        return checks
+    record("strict_tables", [t for t in TABLES if not db.table(t).strict], "every table is STRICT",
+           "not STRICT")
+
+    bad = []
+    for table, expected in EXPECTED_COLUMNS.items():
+        actual = {c.name: (c.type.upper(), bool(c.notnull)) for c in db.table(table).columns}
+        bad += [f"{table}.{name}" for name, spec in expected.items() if actual.get(name) != spec]
+    record("column_types", sorted(bad), "all columns as expected", "wrong or missing")
+
+    collations = _text_column_collations(db)
+    record("binary_collations", sorted(f"{t}.{c}" for (t, c), coll in collations.items()
+                                       if coll.upper() != "BINARY"),
+           "every text column compares exactly (BINARY)", "not BINARY")
+
+    for name, table, column in IDENTITY_INDEXES:
+        ok = _identity_index_ok(db, table, column)
+        checks.append(SchemaCheck(name, ok, f"exact unique index on {table}.{column}" if ok else
+                                  f"needs exactly one full single-column BINARY unique index on {table}.{column}"))
+
+    bad = []
+    for table in TABLES:
+        for column in db.table(table).columns:
+            if column.default_value != EXPECTED_DEFAULTS.get((table, column.name)):
+                bad.append(f"{table}.{column.name}")
+    record("defaults", sorted(bad), "no default manufactures identity or state", "unexpected default")
+
+    record("no_triggers", sorted(t.name for table in TABLES for t in db.table(table).triggers),
+           "no triggers on fenceq tables", "unexpected triggers")
+    return checks
+
+
+def verify_schema(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+    import sqlite_utils
+
+    db = sqlite_utils.Database(connection)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            checks = schema_checks(db)
+        finally:
+            connection.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    return [{"check_name": c.check_name, "ok": c.ok, "detail": c.detail} for c in checks]
+
+
+# Migrations and the install script ---------------------------------------------
+
+def _migration_ids() -> list[str]:
+    return sorted(path.stem for path in migrations_dir("sqlite").glob("[0-9]*.py"))
+
+
+def _yoyo_bookkeeping() -> str:
+    """yoyo's own tables (its internal schema version 2, as its SQLite
+    backend creates them) and a row per migration, as `yoyo apply` leaves
+    them."""
+    import hashlib
+
+    now = "strftime('%Y-%m-%dT%H:%M:%f', 'now')"
+    rows = ",\n    ".join(f"('{hashlib.sha256(mid.encode()).hexdigest()}', '{mid}', {now})"
+                          for mid in _migration_ids())
+    return f"""
+-- Migration bookkeeping (yoyo-migrations), so that `fenceq migrate` after
+-- this script has nothing to apply.
+CREATE TABLE IF NOT EXISTS "_yoyo_migration" (
+    "migration_hash" VARCHAR(64), "migration_id" VARCHAR(255), "applied_at_utc" TIMESTAMP,
+    PRIMARY KEY ("migration_hash"));
+CREATE TABLE IF NOT EXISTS "_yoyo_log" (
+    "id" VARCHAR(36), "migration_hash" VARCHAR(64), "migration_id" VARCHAR(255),
+    "operation" VARCHAR(10), "username" VARCHAR(255), "hostname" VARCHAR(255),
+    "comment" VARCHAR(255), "created_at_utc" TIMESTAMP, PRIMARY KEY ("id"));
+CREATE TABLE IF NOT EXISTS "_yoyo_version" (
+    "version" INT NOT NULL PRIMARY KEY, "installed_at_utc" TIMESTAMP);
+CREATE TABLE IF NOT EXISTS "yoyo_lock" (
+    "locked" INT DEFAULT 1, "ctime" TIMESTAMP, "pid" INT NOT NULL, PRIMARY KEY ("locked"));
+INSERT OR IGNORE INTO "_yoyo_version" VALUES (2, {now});
+INSERT OR IGNORE INTO "_yoyo_migration" VALUES
+    {rows};
+"""
+
+
+def install_script() -> str:
+    """The complete, idempotent install script (`fenceq sql --backend sqlite`)."""
+    schema = (sql_dir("sqlite") / "schema.sql").read_text(encoding="utf-8")
+    return (
+        "-- fenceq install script for SQLite (generated by `fenceq sql --backend sqlite`).\n"
+        "-- Apply with: sqlite3 fenceq.db < fenceq.sql\n"
+        "-- then check it with: fenceq verify --url sqlite:///fenceq.db\n"
+        "-- WAL lets readers and one writer work at once; the mode is kept in the\n"
+        "-- file, and can only be set outside a transaction.\n"
+        "PRAGMA journal_mode = WAL;\n"
+        "BEGIN IMMEDIATE;\n\n"
+        + schema + _yoyo_bookkeeping() + "COMMIT;\n"
+    )
+
+
+def migrate_sqlite(url: str) -> list[SchemaCheck]:
+    """Apply pending migrations (yoyo's lock row serialises concurrent
+    runs), then verify_schema; QF901 when a check fails."""
+    from yoyo import get_backend, read_migrations
+    from yoyo.exceptions import LockTimeout
+
+    from . import ops
+
+    path = database_path(url)
+    connection = open_connection(path)
+    try:
+        connection.execute("PRAGMA journal_mode = WAL").fetchall()
+        backend = get_backend(f"sqlite:///{path}")
+        try:
+            with backend.lock(timeout=BUSY_TIMEOUT_SECONDS * 6):
+                backend.apply_migrations(backend.to_apply(read_migrations(str(migrations_dir("sqlite")))))
+        finally:
+            backend.connection.close()
+        checks = shape(ops.verify_schema(), verify_schema(connection))
+    except (sqlite3.Error, LockTimeout) as exc:
+        raise PersistenceFailed() from exc
+    finally:
+        connection.close()
+    failed = [c.check_name for c in checks if not c.ok]
+    if failed:
+        raise config_error("QF901", "the schema fails verify_schema checks: " + ", ".join(failed))
+    return checks

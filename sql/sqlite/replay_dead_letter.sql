@@ -1,0 +1,43 @@
+-- fenceq for SQLite: replay_dead_letter -- a dead-lettered job back to pending.
+--
+-- The job gets a fresh attempt budget; its submission identity and
+-- generation history are kept. Returns the job id; NULL for an unknown or
+-- already handled letter. QF102 unless dlq_id is 32 lowercase hex
+-- characters.
+--
+-- Parameters: :dlq_id TEXT.
+-- Result: one row (sqlstate, message, detail, value TEXT or NULL).
+--
+-- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
+-- that ends a line, and run them in order, binding every :name
+-- parameter (NULL when omitted). The last statement's rows are the
+-- answer: one row whose first column sqlstate is not NULL means the call
+-- failed (ROLLBACK, then raise that code with message and detail);
+-- otherwise sqlstate is NULL and the remaining columns are the result.
+-- COMMIT when it succeeded. See README.md for the types.
+--
+-- Differs from PostgreSQL in that no fenceq_jobs notification is sent.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+DELETE FROM temp.fenceq_error;
+CREATE TEMP TABLE IF NOT EXISTS fenceq_letter (dlq_id TEXT NOT NULL, job_id TEXT NOT NULL, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_letter;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF102', 'fenceq: dlq_id must be 32 lowercase hex characters'
+ WHERE NOT (typeof(:dlq_id) = 'text' AND length(:dlq_id) = 32 AND :dlq_id NOT GLOB '*[^0-9a-f]*');
+INSERT INTO temp.fenceq_letter (dlq_id, job_id, now)
+SELECT d.dlq_id, d.job_id, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__dead_letters AS d JOIN fenceq__jobs AS j ON j.job_id = d.job_id
+ WHERE d.dlq_id = :dlq_id AND d.replayed_at IS NULL AND d.discarded_at IS NULL AND j.status = 'failed'
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs
+   SET status = 'pending', attempts = 0, run_at = l.now, finished_at = NULL,
+       owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+       budget_expires_at = NULL, pid = NULL, cancel_requested = 0, result = NULL
+  FROM temp.fenceq_letter AS l
+ WHERE fenceq__jobs.job_id = l.job_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__dead_letters SET replayed_at = l.now
+  FROM temp.fenceq_letter AS l
+ WHERE fenceq__dead_letters.dlq_id = l.dlq_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT l.job_id FROM temp.fenceq_letter AS l) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
