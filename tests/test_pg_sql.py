@@ -65,7 +65,7 @@ BAD_CALLS = [
     ("SELECT * FROM fenceq.claim_batch('{q}', 'w', '{a,a}')", "QF301"),
     ("SELECT * FROM fenceq.claim_batch('{q}', 'w', '{a,nonce-7f3a}')", "QF301"),
     ("SELECT * FROM fenceq.recover_claim('w', '')", "QF102"),
-    (f"SELECT fenceq.heartbeat('job-1', 'w', 0, 'nonce-7f3a')", "QF106"),
+    ("SELECT fenceq.heartbeat('job-1', 'w', 0, 'nonce-7f3a')", "QF106"),
     (f"SELECT fenceq.heartbeat({FENCE}, lease => '1 day')", "QF105"),
     ("SELECT fenceq.heartbeat(NULL, 'w', 1, 'nonce-7f3a')", "QF106"),
     ("SELECT fenceq.heartbeat_batch('{a}', '{w,w}', '{1}', '{t}')", "QF100"),

@@ -327,10 +327,11 @@ def dead_letters(queue=None, include_handled=False, limit=100) -> Op:
 
 def purge(older_than, max_rows=None, submissions_older_than=None) -> Op:
     return Op("purge", _args(
-        ("older_than", "interval", v.duration(older_than, "older_than", allow_zero=True, nullable=False)),
+        ("older_than", "interval",
+         v.duration(older_than, "older_than", allow_zero=True, nullable=False, backwards=True)),
         ("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
         ("submissions_older_than", "interval",
-         v.duration(submissions_older_than, "submissions_older_than", allow_zero=True)),
+         v.duration(submissions_older_than, "submissions_older_than", allow_zero=True, backwards=True)),
         optional=("max_rows", "submissions_older_than"),
     ), "scalar", int)
 

@@ -21,6 +21,7 @@ MAX_JSON_BYTES = 1024 * 1024
 MAX_BATCH = 10_000
 MAX_ERROR_CHARS = 65_536
 _MIN_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
+_MAX_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 
 
 def _clean_text(value: str) -> bool:
@@ -91,7 +92,10 @@ def factor(value: Any, what: str = "backoff_factor") -> float | None:
     return float(value)
 
 
-def duration(value: Any, what: str, *, allow_zero: bool = False, nullable: bool = True) -> timedelta | None:
+def duration(value: Any, what: str, *, allow_zero: bool = False, nullable: bool = True,
+             backwards: bool = False) -> timedelta | None:
+    """A positive timedelta (>= 0 with allow_zero) short enough that now +
+    value (now - value when backwards) stays within years 0001-9999."""
     if value is None:
         if nullable:
             return None
@@ -100,6 +104,9 @@ def duration(value: Any, what: str, *, allow_zero: bool = False, nullable: bool 
         raise config_error("QF105", f"{what} must be a datetime.timedelta")
     if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
         raise config_error("QF105", f"{what} must be {'non-negative' if allow_zero else 'positive'}")
+    now = datetime.now(timezone.utc)
+    if value > (now - _MIN_TIME if backwards else _MAX_TIME - now):
+        raise config_error("QF105", f"{what} reaches beyond years 0001-9999")
     return value
 
 
