@@ -165,27 +165,33 @@ COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
 -- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
 CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    -- Scalars are spelled inline; only nested containers recurse (one call
-    -- per container, not per node: calls are what a large payload costs).
-    SELECT CASE jsonb_typeof(_canonical_json.value)
-        WHEN 'object' THEN '{' || coalesce((
-            SELECT string_agg(to_json(e.key)::text || ':' ||
-                       CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
-                            THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
-                   ',' ORDER BY e.key COLLATE "C")
-            FROM jsonb_each(_canonical_json.value) AS e), '') || '}'
-        WHEN 'array' THEN '[' || coalesce((
-            SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
-                                   THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
-                   ',' ORDER BY a.ordinality)
-            FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']'
-        ELSE coalesce(_canonical_json.value::text, 'null')
-    END
+-- PL/pgSQL rather than SQL: its statement plans are cached for the session,
+-- where a non-inlined SQL function is planned again on every call.
+-- Scalars are spelled inline; only nested containers recurse.
+BEGIN
+    CASE jsonb_typeof(_canonical_json.value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(to_json(e.key)::text || ':' ||
+                           CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
+                                THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
+                       ',' ORDER BY e.key COLLATE "C")
+                  FROM jsonb_each(_canonical_json.value) AS e), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
+                                       THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
+                       ',' ORDER BY a.ordinality)
+                  FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']';
+        ELSE
+            RETURN coalesce(_canonical_json.value::text, 'null');
+    END CASE;
+END
 $$;
 COMMENT ON FUNCTION fenceq._canonical_json(jsonb) IS
     'Private. Canonical JSON text (sorted keys by code point, compact separators) used for fingerprints and size limits.';
@@ -213,12 +219,14 @@ COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
 -- _utc_text: a timestamp as UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ', or NULL.
 CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+BEGIN
+    RETURN to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+END
 $$;
 COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
     'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
@@ -230,12 +238,13 @@ CREATE OR REPLACE FUNCTION fenceq._fingerprint(
     priority integer, run_at timestamptz, expires_at timestamptz,
     max_attempts integer, active_key text, force boolean)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT 'fq1:' || encode(sha256(convert_to(
+BEGIN
+    RETURN 'fq1:' || encode(sha256(convert_to(
         '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
         || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
         || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
@@ -247,7 +256,8 @@ AS $$
         || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
         || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
         || ',"task":' || to_json(_fingerprint.task)::text
-        || ',"v":1}', 'UTF8')), 'hex')
+        || ',"v":1}', 'UTF8')), 'hex');
+END
 $$;
 COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
     'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
@@ -326,14 +336,16 @@ COMMENT ON FUNCTION fenceq._lock_identities(text[]) IS
 CREATE OR REPLACE FUNCTION fenceq._identity_keys(
     queue text, active_key text, job_id text, submission_id text)
 RETURNS text[]
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
+BEGIN
+    RETURN ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
                  'fenceq.job:' || _identity_keys.job_id,
-                 'fenceq.submission:' || _identity_keys.submission_id]
+                 'fenceq.submission:' || _identity_keys.submission_id];
+END
 $$;
 COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
     'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';

@@ -170,29 +170,41 @@ COMMENT ON FUNCTION fenceq._set_queue_flag(text, text, boolean) IS
 -- True when the flag changed; QF101 for an unknown queue.
 CREATE OR REPLACE FUNCTION fenceq.pause_queue(queue text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
-AS $$ SELECT fenceq._set_queue_flag(pause_queue.queue, 'paused', true) $$;
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(pause_queue.queue, 'paused', true);
+END
+$$;
 COMMENT ON FUNCTION fenceq.pause_queue(text) IS
     'Pause claims from a queue (submissions still accepted). True when the flag changed; QF101 for an unknown queue.';
 
 -- resume_queue: allow claims again and notify listeners.
 CREATE OR REPLACE FUNCTION fenceq.resume_queue(queue text)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
-AS $$ SELECT fenceq._set_queue_flag(resume_queue.queue, 'paused', false) $$;
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(resume_queue.queue, 'paused', false);
+END
+$$;
 COMMENT ON FUNCTION fenceq.resume_queue(text) IS
     'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
 
 -- set_queue_notify: whether jobs becoming due send fenceq_jobs notifications.
 CREATE OR REPLACE FUNCTION fenceq.set_queue_notify(queue text, notify boolean)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
-AS $$ SELECT fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify) $$;
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify);
+END
+$$;
 COMMENT ON FUNCTION fenceq.set_queue_notify(text, boolean) IS
     'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';

@@ -38,17 +38,28 @@ DECLARE
     v_holder text;
     v_round integer := 0;
 BEGIN
-    PERFORM fenceq._check_name(_submit.queue, 'queue');
-    PERFORM fenceq._check_name(_submit.task, 'task');
-    PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
-    PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
-    PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
-    IF _submit.max_attempts < 1 THEN
-        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    -- Fast path for the usual well-formed call (one expression); otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(length(_submit.queue) BETWEEN 1 AND 255 AND length(_submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
+                    AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(_submit.max_attempts >= 1, true)
+                    AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
+        PERFORM fenceq._check_name(_submit.queue, 'queue');
+        PERFORM fenceq._check_name(_submit.task, 'task');
+        PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
+        PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
+        PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        IF _submit.max_attempts < 1 THEN
+            PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+        END IF;
+        PERFORM fenceq._check_time(_submit.run_at, 'run_at');
+        PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
     END IF;
-    PERFORM fenceq._check_time(_submit.run_at, 'run_at');
-    PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
-    PERFORM fenceq._check_json(v_payload, 'payload');
+    IF v_payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
 
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
     IF NOT FOUND THEN
@@ -158,13 +169,15 @@ CREATE OR REPLACE FUNCTION fenceq.submit(
     active_key text DEFAULT NULL,
     force boolean DEFAULT false)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+BEGIN
+    RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
         submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-        submit.max_attempts, submit.active_key, submit.force)
+        submit.max_attempts, submit.active_key, submit.force);
+END
 $$;
 COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
     'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';

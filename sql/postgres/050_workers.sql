@@ -9,16 +9,18 @@
 CREATE OR REPLACE FUNCTION fenceq._is_live(
     job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamptz)
 RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT coalesce((_is_live.job).status = 'claimed'
+BEGIN
+    RETURN coalesce((_is_live.job).status = 'claimed'
         AND (_is_live.job).owner_id = _is_live.owner_id
         AND (_is_live.job).generation = _is_live.generation
         AND (_is_live.job).claim_token = _is_live.claim_token
-        AND (_is_live.job).lease_expires_at > _is_live.now, false)
+        AND (_is_live.job).lease_expires_at > _is_live.now, false);
+END
 $$;
 COMMENT ON FUNCTION fenceq._is_live(fenceq._jobs, text, bigint, text, timestamptz) IS
     'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
@@ -40,8 +42,10 @@ BEGIN
     PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
                                 _lock_live.generation, _lock_live.claim_token);
     SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
-    IF fenceq._is_live(v_job, _lock_live.owner_id, _lock_live.generation,
-                       _lock_live.claim_token, clock_timestamp()) THEN
+    -- _is_live, spelled out: this runs on every fenced write.
+    IF v_job.status = 'claimed' AND v_job.owner_id = _lock_live.owner_id
+       AND v_job.generation = _lock_live.generation AND v_job.claim_token = _lock_live.claim_token
+       AND v_job.lease_expires_at > clock_timestamp() THEN
         RETURN v_job;
     END IF;
     RETURN NULL;
@@ -53,22 +57,27 @@ COMMENT ON FUNCTION fenceq._lock_live(text, text, bigint, text) IS
 -- _checkpoints_of: the recorded checkpoints of a job as a jsonb object.
 CREATE OR REPLACE FUNCTION fenceq._checkpoints_of(job_id text)
 RETURNS jsonb
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT coalesce(jsonb_object_agg(c.step, c.value), '{}'::jsonb)
-      FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id
+BEGIN
+    RETURN coalesce((SELECT jsonb_object_agg(c.step, c.value)
+                       FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id), '{}'::jsonb);
+END
 $$;
 COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
     'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
 
 -- _claim: the body of claim_next and claim_batch: claim up to one job per
 -- token, across queues, in priority / run_at / submission order.
--- Locking: per queue, the head pending rows FOR UPDATE SKIP LOCKED (only job
--- rows; the queue rows are read without locks), so concurrent claimers never
--- wait on each other and never get the same job.
+-- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
+-- without locks), so concurrent claimers never wait on each other and never
+-- get the same job. One queue: one ordered scan of its claim index. Several:
+-- the head rows of each queue's scan are locked and merged; the heads not
+-- claimed stay locked until the caller's transaction ends (in autocommit, at
+-- once).
 CREATE OR REPLACE FUNCTION fenceq._claim(
     queues text[], owner_id text, claim_tokens text[], lease interval, budget interval)
 RETURNS SETOF fenceq.claim
@@ -79,7 +88,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_count integer := cardinality(_claim.claim_tokens);
+    v_queue fenceq._queues;
     v_active text[];
+    v_known integer;
+    v_candidates refcursor;
     v_candidate record;
     v_index integer := 0;
     v_token text;
@@ -87,44 +99,72 @@ DECLARE
     v_lease interval;
     v_claimed fenceq._jobs;
 BEGIN
-    PERFORM fenceq._check_names(_claim.queues, 'queues');
-    PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
-    PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
-    PERFORM fenceq._check_interval(_claim.lease, 'lease');
-    PERFORM fenceq._check_interval(_claim.budget, 'budget');
+    -- Fast path for the usual well-formed call (one expression); otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(_claim.owner_id) BETWEEN 1 AND 255
+                    AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
+        PERFORM fenceq._check_names(_claim.queues, 'queues');
+        PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
+        PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
+        PERFORM fenceq._check_interval(_claim.lease, 'lease');
+        PERFORM fenceq._check_interval(_claim.budget, 'budget');
+    END IF;
 
-    IF (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count
+    IF (v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count)
        OR EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY (_claim.claim_tokens)) THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
-    SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-      INTO v_active, v_index
-      FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
-    IF v_index <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
-        PERFORM fenceq._raise('QF101', 'unknown queue');
-    END IF;
-    IF v_active IS NULL THEN
-        RETURN;
-    END IF;
-
     v_now := clock_timestamp();
-    v_index := 0;
-    FOR v_candidate IN
-        SELECT c.job_id, c.generation, qs.lease AS queue_lease
-          FROM unnest(v_active) AS a(name)
-          JOIN fenceq._queues AS qs ON qs.queue = a.name
-         CROSS JOIN LATERAL (
-            SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+    -- Plans of these two statements are cached for the session: keep them
+    -- simple, because planning, not executing, dominates a claim.
+    IF cardinality(_claim.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_queue.paused THEN
+            RETURN;
+        END IF;
+        OPEN v_candidates FOR
+            SELECT j.job_id, j.generation, v_queue.lease AS queue_lease
               FROM fenceq._jobs AS j
-             WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
              ORDER BY j.priority DESC, j.run_at, j.seq
              LIMIT v_count
-               FOR UPDATE OF j SKIP LOCKED) AS c
-         ORDER BY c.priority DESC, c.run_at, c.seq
-         LIMIT v_count
+               FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+          INTO v_active, v_known
+          FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_active IS NULL THEN
+            RETURN;
+        END IF;
+        OPEN v_candidates FOR
+            SELECT c.job_id, c.generation, qs.lease AS queue_lease
+              FROM unnest(v_active) AS a(name)
+              JOIN fenceq._queues AS qs ON qs.queue = a.name
+             CROSS JOIN LATERAL (
+                SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                  FROM fenceq._jobs AS j
+                 WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
+                   AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                 ORDER BY j.priority DESC, j.run_at, j.seq
+                 LIMIT v_count
+                   FOR UPDATE OF j SKIP LOCKED) AS c
+             ORDER BY c.priority DESC, c.run_at, c.seq
+             LIMIT v_count;
+    END IF;
+
     LOOP
+        FETCH v_candidates INTO v_candidate;
+        EXIT WHEN NOT FOUND;
         v_index := v_index + 1;
         v_token := _claim.claim_tokens[v_index];
         v_lease := coalesce(_claim.lease, v_candidate.queue_lease);
@@ -165,6 +205,7 @@ BEGIN
             v_claimed.budget_expires_at, v_claimed.cancel_requested, v_claimed.submission_id,
             fenceq._checkpoints_of(v_claimed.job_id))::fenceq.claim;
     END LOOP;
+    CLOSE v_candidates;
 END
 $$;
 COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
@@ -179,12 +220,14 @@ CREATE OR REPLACE FUNCTION fenceq.claim_next(
     queues text[], owner_id text, claim_token text,
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
 RETURNS SETOF fenceq.claim
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
-        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget)
+BEGIN
+    RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+END
 $$;
 COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
     'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
@@ -195,12 +238,14 @@ CREATE OR REPLACE FUNCTION fenceq.claim_batch(
     queues text[], owner_id text, claim_tokens text[],
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
 RETURNS SETOF fenceq.claim
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
-        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget)
+BEGIN
+    RETURN QUERY SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
+        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget);
+END
 $$;
 COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS
     'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
@@ -251,7 +296,9 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    IF heartbeat.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
     v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
                                heartbeat.generation, heartbeat.claim_token);
     v_now := clock_timestamp();
@@ -351,7 +398,9 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_json(complete.result, 'result');
+    IF complete.result IS NOT NULL THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
     v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
                                complete.generation, complete.claim_token);
     v_now := clock_timestamp();

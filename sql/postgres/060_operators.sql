@@ -240,9 +240,13 @@ COMMENT ON FUNCTION fenceq.discard_dead_letter(text) IS
 -- version: the installed schema version.
 CREATE OR REPLACE FUNCTION fenceq.version()
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
-AS $$ SELECT '1' $$;
+AS $$
+BEGIN
+    RETURN '1';
+END
+$$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

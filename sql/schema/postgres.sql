@@ -65,25 +65,28 @@ ALTER FUNCTION fenceq._backoff(attempt integer, base interval, factor double pre
 COMMENT ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) IS 'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
 
 CREATE FUNCTION fenceq._canonical_json(value jsonb) RETURNS text
-    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    -- Scalars are spelled inline; only nested containers recurse (one call
-    -- per container, not per node: calls are what a large payload costs).
-    SELECT CASE jsonb_typeof(_canonical_json.value)
-        WHEN 'object' THEN '{' || coalesce((
-            SELECT string_agg(to_json(e.key)::text || ':' ||
-                       CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
-                            THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
-                   ',' ORDER BY e.key COLLATE "C")
-            FROM jsonb_each(_canonical_json.value) AS e), '') || '}'
-        WHEN 'array' THEN '[' || coalesce((
-            SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
-                                   THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
-                   ',' ORDER BY a.ordinality)
-            FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']'
-        ELSE coalesce(_canonical_json.value::text, 'null')
-    END
+BEGIN
+    CASE jsonb_typeof(_canonical_json.value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(to_json(e.key)::text || ':' ||
+                           CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
+                                THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
+                       ',' ORDER BY e.key COLLATE "C")
+                  FROM jsonb_each(_canonical_json.value) AS e), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
+                                       THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
+                       ',' ORDER BY a.ordinality)
+                  FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']';
+        ELSE
+            RETURN coalesce(_canonical_json.value::text, 'null');
+    END CASE;
+END
 $$;
 
 ALTER FUNCTION fenceq._canonical_json(value jsonb) OWNER TO fenceq_owner;
@@ -284,11 +287,13 @@ ALTER FUNCTION fenceq._check_time(value timestamp with time zone, what text) OWN
 COMMENT ON FUNCTION fenceq._check_time(value timestamp with time zone, what text) IS 'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
 
 CREATE FUNCTION fenceq._checkpoints_of(job_id text) RETURNS jsonb
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT coalesce(jsonb_object_agg(c.step, c.value), '{}'::jsonb)
-      FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id
+BEGIN
+    RETURN coalesce((SELECT jsonb_object_agg(c.step, c.value)
+                       FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id), '{}'::jsonb);
+END
 $$;
 
 ALTER FUNCTION fenceq._checkpoints_of(job_id text) OWNER TO fenceq_owner;
@@ -302,7 +307,10 @@ CREATE FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[],
 #variable_conflict use_column
 DECLARE
     v_count integer := cardinality(_claim.claim_tokens);
+    v_queue fenceq._queues;
     v_active text[];
+    v_known integer;
+    v_candidates refcursor;
     v_candidate record;
     v_index integer := 0;
     v_token text;
@@ -310,44 +318,72 @@ DECLARE
     v_lease interval;
     v_claimed fenceq._jobs;
 BEGIN
-    PERFORM fenceq._check_names(_claim.queues, 'queues');
-    PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
-    PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
-    PERFORM fenceq._check_interval(_claim.lease, 'lease');
-    PERFORM fenceq._check_interval(_claim.budget, 'budget');
+    -- Fast path for the usual well-formed call (one expression); otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(_claim.owner_id) BETWEEN 1 AND 255
+                    AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
+        PERFORM fenceq._check_names(_claim.queues, 'queues');
+        PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
+        PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
+        PERFORM fenceq._check_interval(_claim.lease, 'lease');
+        PERFORM fenceq._check_interval(_claim.budget, 'budget');
+    END IF;
 
-    IF (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count
+    IF (v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count)
        OR EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY (_claim.claim_tokens)) THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
-    SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-      INTO v_active, v_index
-      FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
-    IF v_index <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
-        PERFORM fenceq._raise('QF101', 'unknown queue');
-    END IF;
-    IF v_active IS NULL THEN
-        RETURN;
-    END IF;
-
     v_now := clock_timestamp();
-    v_index := 0;
-    FOR v_candidate IN
-        SELECT c.job_id, c.generation, qs.lease AS queue_lease
-          FROM unnest(v_active) AS a(name)
-          JOIN fenceq._queues AS qs ON qs.queue = a.name
-         CROSS JOIN LATERAL (
-            SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+    -- Plans of these two statements are cached for the session: keep them
+    -- simple, because planning, not executing, dominates a claim.
+    IF cardinality(_claim.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_queue.paused THEN
+            RETURN;
+        END IF;
+        OPEN v_candidates FOR
+            SELECT j.job_id, j.generation, v_queue.lease AS queue_lease
               FROM fenceq._jobs AS j
-             WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
              ORDER BY j.priority DESC, j.run_at, j.seq
              LIMIT v_count
-               FOR UPDATE OF j SKIP LOCKED) AS c
-         ORDER BY c.priority DESC, c.run_at, c.seq
-         LIMIT v_count
+               FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+          INTO v_active, v_known
+          FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_active IS NULL THEN
+            RETURN;
+        END IF;
+        OPEN v_candidates FOR
+            SELECT c.job_id, c.generation, qs.lease AS queue_lease
+              FROM unnest(v_active) AS a(name)
+              JOIN fenceq._queues AS qs ON qs.queue = a.name
+             CROSS JOIN LATERAL (
+                SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                  FROM fenceq._jobs AS j
+                 WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
+                   AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                 ORDER BY j.priority DESC, j.run_at, j.seq
+                 LIMIT v_count
+                   FOR UPDATE OF j SKIP LOCKED) AS c
+             ORDER BY c.priority DESC, c.run_at, c.seq
+             LIMIT v_count;
+    END IF;
+
     LOOP
+        FETCH v_candidates INTO v_candidate;
+        EXIT WHEN NOT FOUND;
         v_index := v_index + 1;
         v_token := _claim.claim_tokens[v_index];
         v_lease := coalesce(_claim.lease, v_candidate.queue_lease);
@@ -388,6 +424,7 @@ BEGIN
             v_claimed.budget_expires_at, v_claimed.cancel_requested, v_claimed.submission_id,
             fenceq._checkpoints_of(v_claimed.job_id))::fenceq.claim;
     END LOOP;
+    CLOSE v_candidates;
 END
 $$;
 
@@ -452,10 +489,11 @@ ALTER FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp w
 COMMENT ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) IS 'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
 
 CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT 'fq1:' || encode(sha256(convert_to(
+BEGIN
+    RETURN 'fq1:' || encode(sha256(convert_to(
         '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
         || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
         || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
@@ -467,7 +505,8 @@ CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submis
         || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
         || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
         || ',"task":' || to_json(_fingerprint.task)::text
-        || ',"v":1}', 'UTF8')), 'hex')
+        || ',"v":1}', 'UTF8')), 'hex');
+END
 $$;
 
 ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
@@ -475,12 +514,14 @@ ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submiss
 COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
 
 CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
-    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
+BEGIN
+    RETURN ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
                  'fenceq.job:' || _identity_keys.job_id,
-                 'fenceq.submission:' || _identity_keys.submission_id]
+                 'fenceq.submission:' || _identity_keys.submission_id];
+END
 $$;
 
 ALTER FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) OWNER TO fenceq_owner;
@@ -488,14 +529,16 @@ ALTER FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, s
 COMMENT ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) IS 'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
 
 CREATE FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) RETURNS boolean
-    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT coalesce((_is_live.job).status = 'claimed'
+BEGIN
+    RETURN coalesce((_is_live.job).status = 'claimed'
         AND (_is_live.job).owner_id = _is_live.owner_id
         AND (_is_live.job).generation = _is_live.generation
         AND (_is_live.job).claim_token = _is_live.claim_token
-        AND (_is_live.job).lease_expires_at > _is_live.now, false)
+        AND (_is_live.job).lease_expires_at > _is_live.now, false);
+END
 $$;
 
 ALTER FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) OWNER TO fenceq_owner;
@@ -639,8 +682,10 @@ BEGIN
     PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
                                 _lock_live.generation, _lock_live.claim_token);
     SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
-    IF fenceq._is_live(v_job, _lock_live.owner_id, _lock_live.generation,
-                       _lock_live.claim_token, clock_timestamp()) THEN
+    -- _is_live, spelled out: this runs on every fenced write.
+    IF v_job.status = 'claimed' AND v_job.owner_id = _lock_live.owner_id
+       AND v_job.generation = _lock_live.generation AND v_job.claim_token = _lock_live.claim_token
+       AND v_job.lease_expires_at > clock_timestamp() THEN
         RETURN v_job;
     END IF;
     RETURN NULL;
@@ -777,17 +822,28 @@ DECLARE
     v_holder text;
     v_round integer := 0;
 BEGIN
-    PERFORM fenceq._check_name(_submit.queue, 'queue');
-    PERFORM fenceq._check_name(_submit.task, 'task');
-    PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
-    PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
-    PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
-    IF _submit.max_attempts < 1 THEN
-        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    -- Fast path for the usual well-formed call (one expression); otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(length(_submit.queue) BETWEEN 1 AND 255 AND length(_submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
+                    AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(_submit.max_attempts >= 1, true)
+                    AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
+        PERFORM fenceq._check_name(_submit.queue, 'queue');
+        PERFORM fenceq._check_name(_submit.task, 'task');
+        PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
+        PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
+        PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        IF _submit.max_attempts < 1 THEN
+            PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+        END IF;
+        PERFORM fenceq._check_time(_submit.run_at, 'run_at');
+        PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
     END IF;
-    PERFORM fenceq._check_time(_submit.run_at, 'run_at');
-    PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
-    PERFORM fenceq._check_json(v_payload, 'payload');
+    IF v_payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
 
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
     IF NOT FOUND THEN
@@ -880,10 +936,12 @@ ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_i
 COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The body of submit, shared with submit_batch.';
 
 CREATE FUNCTION fenceq._utc_text(value timestamp with time zone) RETURNS text
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+BEGIN
+    RETURN to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+END
 $$;
 
 ALTER FUNCTION fenceq._utc_text(value timestamp with time zone) OWNER TO fenceq_owner;
@@ -1029,11 +1087,13 @@ ALTER FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, 
 COMMENT ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) IS 'Record a step value once per job under a live fence and renew the lease; returns the recorded value (the earlier one if already recorded), or NULL without a live fence.';
 
 CREATE FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
-        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget)
+BEGIN
+    RETURN QUERY SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
+        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget);
+END
 $$;
 
 ALTER FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) OWNER TO fenceq_owner;
@@ -1041,11 +1101,13 @@ ALTER FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens tex
 COMMENT ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) IS 'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
 
 CREATE FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
-        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget)
+BEGIN
+    RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+END
 $$;
 
 ALTER FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) OWNER TO fenceq_owner;
@@ -1081,7 +1143,9 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_json(complete.result, 'result');
+    IF complete.result IS NOT NULL THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
     v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
                                complete.generation, complete.claim_token);
     v_now := clock_timestamp();
@@ -1280,7 +1344,9 @@ DECLARE
     v_job fenceq._jobs;
     v_now timestamptz;
 BEGIN
-    PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    IF heartbeat.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
     v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
                                heartbeat.generation, heartbeat.claim_token);
     v_now := clock_timestamp();
@@ -1329,9 +1395,13 @@ ALTER FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generati
 COMMENT ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) IS 'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
 
 CREATE FUNCTION fenceq.pause_queue(queue text) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$ SELECT fenceq._set_queue_flag(pause_queue.queue, 'paused', true) $$;
+    AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(pause_queue.queue, 'paused', true);
+END
+$$;
 
 ALTER FUNCTION fenceq.pause_queue(queue text) OWNER TO fenceq_owner;
 
@@ -1554,9 +1624,13 @@ ALTER FUNCTION fenceq.replay_dead_letter(dlq_id text) OWNER TO fenceq_owner;
 COMMENT ON FUNCTION fenceq.replay_dead_letter(dlq_id text) IS 'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
 
 CREATE FUNCTION fenceq.resume_queue(queue text) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$ SELECT fenceq._set_queue_flag(resume_queue.queue, 'paused', false) $$;
+    AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(resume_queue.queue, 'paused', false);
+END
+$$;
 
 ALTER FUNCTION fenceq.resume_queue(queue text) OWNER TO fenceq_owner;
 
@@ -1588,21 +1662,27 @@ ALTER FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, cla
 COMMENT ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) IS 'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
 
 CREATE FUNCTION fenceq.set_queue_notify(queue text, notify boolean) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$ SELECT fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify) $$;
+    AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify);
+END
+$$;
 
 ALTER FUNCTION fenceq.set_queue_notify(queue text, notify boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) IS 'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
 
 CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false) RETURNS text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+BEGIN
+    RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
         submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-        submit.max_attempts, submit.active_key, submit.force)
+        submit.max_attempts, submit.active_key, submit.force);
+END
 $$;
 
 ALTER FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
@@ -1885,9 +1965,13 @@ ALTER FUNCTION fenceq.verify_schema() OWNER TO fenceq_owner;
 COMMENT ON FUNCTION fenceq.verify_schema() IS 'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
 
 CREATE FUNCTION fenceq.version() RETURNS text
-    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$ SELECT '1' $$;
+    AS $$
+BEGIN
+    RETURN '1';
+END
+$$;
 
 ALTER FUNCTION fenceq.version() OWNER TO fenceq_owner;
 
