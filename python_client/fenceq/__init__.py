@@ -5,9 +5,11 @@ from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, Persist
                      SubmissionConflict)
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
                     SchemaCheck, new_claim_token)
+from .worker import App, AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable, Worker
 
 __all__ = [
-    "AsyncClient", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client", "ConfigError",
-    "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "PersistenceFailed", "QueueStats",
-    "ReapResult", "SchemaCheck", "SubmissionConflict", "connect", "connect_async", "new_claim_token",
+    "App", "AsyncClient", "AsyncJobContext", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client",
+    "ConfigError", "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "JobCancelled", "JobContext",
+    "LeaseLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
+    "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
 ]

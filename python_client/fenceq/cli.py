@@ -3,17 +3,33 @@
 Every command takes ``--url`` (default $FENCEQ_DATABASE_URL, else the embedded
 SQLite file ./fenceq.db). A user mistake or a refused operation prints one
 line on stderr and exits non-zero; never a traceback.
+
+Exit codes: 0 success; 1 the command ran and found a failure (a verify check,
+a dead letter that could not be replayed, a demo step that did not happen);
+2 a usage error or an operation fenceq refused (bad input, unknown queue,
+conflict); 3 the database could not be reached or the outcome is unknown;
+130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
-from typing import Any, Callable
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterator
 
 from .client import connect, resolve_url
-from .errors import FenceqError
+from .errors import FenceqError, PersistenceFailed
 from .migrate import install_script, migrate
+
+EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+class UserError(Exception):
+    """A mistake in the command line or its inputs: one line, exit 2."""
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -53,12 +69,329 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+# Helpers ---------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> timedelta:
+    """'30', '30s', '500ms', '5m', '2h', '7d' -> timedelta (argparse type)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 500ms, 5m, 2h, 7d)")
+    value = float(match.group(1)) * _UNITS[match.group(2)]
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a duration must be positive")
+    return timedelta(seconds=value)
+
+
+def moment(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError("a time needs an offset (e.g. 2030-01-01T09:00:00+00:00 or ...Z)")
+    return value
+
+
+def json_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"payload is not valid JSON ({error.msg} at column {error.colno})") from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+class Progress:
+    """A one-line progress display on stderr (only when it is a terminal)."""
+
+    def __init__(self, label: str, total: int | None, *, stream: Any = None, force: bool = False):
+        self.label, self.total, self.done = label, total, 0
+        self.stream = stream or sys.stderr
+        self.enabled = force or (hasattr(self.stream, "isatty") and self.stream.isatty())
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.enabled and (now - self._last > 0.1 or self.done == self.total):
+            self._last = now
+            self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        rate = self.done / max(time.monotonic() - self.started, 1e-6)
+        if self.total:
+            width = 30
+            filled = int(width * self.done / self.total)
+            bar = "#" * filled + "." * (width - filled)
+            text = f"{self.label} [{bar}] {self.done}/{self.total} ({rate:,.0f}/s)"
+        else:
+            text = f"{self.label} {self.done} ({rate:,.0f}/s)"
+        self.stream.write("\r" + text + ("\n" if final else ""))
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self._draw(final=True)
+
+
+def _jobs_from(path: str) -> Iterator[dict[str, Any]]:
+    """JSON lines: each a request object ({"task": ..., "payload": ..., ...})."""
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    try:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError:
+                raise UserError(f"{path}:{number}: not valid JSON") from None
+            if not isinstance(request, dict):
+                raise UserError(f"{path}:{number}: each line must be a JSON object")
+            yield request
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+
+
+def _request_times(request: dict[str, Any], where: str) -> dict[str, Any]:
+    for key in ("run_at", "expires_at"):
+        if isinstance(request.get(key), str):
+            try:
+                request[key] = moment(request[key])
+            except argparse.ArgumentTypeError as error:
+                raise UserError(f"{where}: {key}: {error}") from None
+    return request
+
+
+# Producers -------------------------------------------------------------------------
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        if args.file:
+            return _submit_file(client, args)
+        if args.task is None:
+            raise UserError("submit needs a TASK (or --file)")
+        run_at = args.run_at
+        if args.delay is not None:
+            run_at = datetime.now(timezone.utc) + args.delay
+        expires_at = datetime.now(timezone.utc) + args.expires_in if args.expires_in else None
+        job_id = client.submit(args.queue, args.task, args.payload, submission_id=args.submission_id,
+                               job_id=args.job_id, priority=args.priority, run_at=run_at,
+                               expires_at=expires_at, max_attempts=args.max_attempts,
+                               active_key=args.active_key, force=args.force)
+    print(job_id)
+    return 0
+
+
+def _submit_file(client: Any, args: argparse.Namespace) -> int:
+    chunk: list[dict[str, Any]] = []
+    total = None
+    if args.file != "-":
+        with open(args.file, encoding="utf-8") as handle:
+            total = sum(1 for line in handle if line.strip())
+    progress = Progress(f"submitting to {args.queue}", total)
+    out = sys.stdout
+
+    def flush() -> None:
+        ids = client.submit_batch(args.queue, chunk)
+        for job_id in ids:
+            out.write(job_id + "\n")
+        progress.advance(len(chunk))
+        chunk.clear()
+
+    for index, request in enumerate(_jobs_from(args.file)):
+        chunk.append(_request_times(request, f"{args.file}:{index + 1}"))
+        if len(chunk) >= args.batch_size:
+            flush()
+    if chunk:
+        flush()
+    progress.close()
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        outcome = client.cancel(args.job_id, force=args.force)
+    if outcome is None:
+        print("fenceq: no such job", file=sys.stderr)
+        return EXIT_FAILED
+    print(outcome)
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        job = client.get_job(args.job_id)
+        attempts = client.attempts(args.job_id) if job is not None else []
+    if job is None:
+        print("fenceq: no such job", file=sys.stderr)
+        return EXIT_FAILED
+    fields = ["job_id", "queue", "task", "status", "attempts", "max_attempts", "generation", "owner_id",
+              "lease_expires_at", "cancel_requested", "pid", "run_at", "created_at", "finished_at",
+              "submission_id", "active_key", "dlq_id"]
+    width = max(len(f) for f in fields + ["payload", "result", "last_error"])
+    for name in fields:
+        value = getattr(job, name)
+        if value is not None:
+            print(f"{name:<{width}}  {value}")
+    for name in ("payload", "result"):
+        value = getattr(job, name)
+        if value is not None:
+            print(f"{name:<{width}}  {json.dumps(value, ensure_ascii=False)}")
+    if job.last_error:
+        print(f"{'last_error':<{width}}  {job.last_error.splitlines()[0]}")
+    if attempts:
+        print()
+        print(_table([{"generation": a.generation, "owner_id": a.owner_id, "claimed_at": a.claimed_at}
+                      for a in attempts], ["generation", "owner_id", "claimed_at"]))
+    return 0
+
+
+# Queues ----------------------------------------------------------------------------
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        if args.action == "create":
+            created = client.create_queue(
+                args.name, lease=args.lease, max_attempts=args.max_attempts,
+                backoff_base=args.backoff_base, backoff_factor=args.backoff_factor,
+                backoff_max=args.backoff_max, dead_letter=False if args.no_dead_letter else None)
+            print(f"queue {args.name}: " + ("created" if created else "already exists with these settings"))
+        elif args.action == "pause":
+            print(f"queue {args.name}: " + ("paused" if client.pause_queue(args.name) else "was already paused"))
+        elif args.action == "resume":
+            print(f"queue {args.name}: " + ("resumed" if client.resume_queue(args.name) else "was not paused"))
+    return 0
+
+
+# Dead letters ----------------------------------------------------------------------
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        if args.action == "list":
+            letters = client.dead_letters(queue=args.queue, include_handled=args.all, limit=args.limit)
+            rows = [{"dlq_id": d.dlq_id, "job_id": d.job_id, "queue": d.queue, "task": d.task,
+                     "attempts": d.attempts, "failed_at": _short_time(d.failed_at),
+                     "state": "replayed" if d.replayed_at else "discarded" if d.discarded_at else "open",
+                     "error": _one_line(d.error, 60)} for d in letters]
+            if not rows:
+                print("no dead letters" + ("" if args.all else " (open; --all shows handled ones too)"))
+            else:
+                print(_table(rows, ["dlq_id", "job_id", "queue", "task", "attempts", "failed_at", "state",
+                                    "error"]))
+            return 0
+        ids = list(args.ids)
+        if args.every:
+            if ids:
+                raise UserError("give dead-letter ids or --all, not both")
+            ids = _all_open_letters(client, args.queue)
+        elif not ids:
+            raise UserError(f"dlq {args.action} needs dead-letter ids (or --all)")
+        progress = Progress(f"{args.action}ing dead letters", len(ids))
+        missed = 0
+        for dlq_id in ids:
+            if args.action == "replay":
+                job_id = client.replay_dead_letter(dlq_id)
+                if job_id is None:
+                    missed += 1
+                    print(f"{dlq_id}: unknown or already handled", file=sys.stderr)
+                elif not progress.enabled or len(ids) == 1:
+                    print(f"{dlq_id}: replayed job {job_id}")
+            else:
+                if not client.discard_dead_letter(dlq_id):
+                    missed += 1
+                    print(f"{dlq_id}: unknown or already handled", file=sys.stderr)
+                elif not progress.enabled or len(ids) == 1:
+                    print(f"{dlq_id}: discarded")
+            progress.advance()
+        progress.close()
+        verb = "replayed" if args.action == "replay" else "discarded"
+        if len(ids) != 1:
+            print(f"{len(ids) - missed} of {len(ids)} dead letters {verb}")
+    return EXIT_FAILED if missed else 0
+
+
+def _all_open_letters(client: Any, queue: str | None) -> list[str]:
+    ids: list[str] = []
+    while True:
+        batch = client.dead_letters(queue=queue, limit=1000)
+        fresh = [d.dlq_id for d in batch if d.dlq_id not in set(ids)]
+        ids.extend(fresh)
+        if len(batch) < 1000 or not fresh:
+            return ids
+
+
+def _short_time(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _one_line(text: str | None, width: int) -> str:
+    if not text:
+        return ""
+    line = text.strip().splitlines()[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# Worker and demo -------------------------------------------------------------------
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ._worker_log import configure
+    from .worker import Worker, load_app
+
+    try:
+        app = load_app(args.app)
+    except (ImportError, AttributeError, TypeError) as error:
+        raise UserError(f"cannot load the app {args.app!r}: {type(error).__name__}: {error}") from None
+    configure(args.log_format, args.log_level)
+    worker = Worker(
+        app, url=args.url, queues=args.queue or None, concurrency=args.concurrency,
+        owner_id=args.owner_id, lease=args.lease, budget=args.budget,
+        drain_timeout=args.drain_timeout, poll_interval=args.poll_interval,
+        reap_interval=None if args.no_reap else args.reap_interval,
+        purge_after=args.purge_after, purge_submissions_after=args.purge_submissions_after,
+        complete_window=args.complete_window.total_seconds() if args.complete_window else 0.0,
+        record_pid=args.record_pid)
+    worker.run(install_signal_handlers=True)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(url=args.url, keep=args.keep, quiet=args.quiet)
+
+
+def _hint(error: BaseException) -> str:
+    """A hint for a database that has no fenceq schema (without driver text)."""
+    cause = error.__cause__
+    state = getattr(cause, "sqlstate", None)
+    if state in ("3F000", "42883", "42P01") or "no such table" in str(cause or ""):
+        return " (is fenceq installed in this database? run `fenceq migrate`)"
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fenceq", description="A fenced, owned work queue in the database.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help)
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str,
+                parent: Any = commands) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
         return sub
 
@@ -71,6 +404,83 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
     with_url(command("verify", cmd_verify, "run verify_schema; exit 1 when a check fails"))
     with_url(command("stats", cmd_stats, "per-queue counts"))
+
+    queue = with_url(command("queue", cmd_queue, "declare, pause or resume a queue"))
+    queue.add_argument("action", choices=["create", "pause", "resume"])
+    queue.add_argument("name", help="queue name")
+    queue.add_argument("--lease", type=duration, help="claim lease (default 30s)")
+    queue.add_argument("--max-attempts", type=positive_int, help="attempts before failing (default 5)")
+    queue.add_argument("--backoff-base", type=duration, help="first retry delay (default 1s)")
+    queue.add_argument("--backoff-factor", type=float, help="retry delay growth (default 2)")
+    queue.add_argument("--backoff-max", type=duration, help="longest retry delay (default 1h)")
+    queue.add_argument("--no-dead-letter", action="store_true", help="do not keep dead letters")
+
+    submit = with_url(command("submit", cmd_submit, "submit a job (or a file of JSON lines); prints job ids"))
+    submit.add_argument("queue")
+    submit.add_argument("task", nargs="?")
+    submit.add_argument("payload", nargs="?", type=json_text, help="JSON payload (default null)")
+    submit.add_argument("--submission-id", help="caller's identity for this request: a replay returns "
+                        "the original job id")
+    submit.add_argument("--job-id")
+    submit.add_argument("--priority", type=int)
+    when = submit.add_mutually_exclusive_group()
+    when.add_argument("--run-at", type=moment, help="ISO 8601 time with offset")
+    when.add_argument("--delay", type=duration, help="run after this long (e.g. 30s)")
+    submit.add_argument("--expires-in", type=duration, help="expire if not started within this long")
+    submit.add_argument("--max-attempts", type=positive_int)
+    submit.add_argument("--active-key")
+    submit.add_argument("--force", action="store_true", help="replace the active job holding --active-key")
+    submit.add_argument("--file", help="submit every JSON line of FILE ('-' for stdin) as one request "
+                        "({\"task\": ..., \"payload\": ..., \"submission_id\": ...})")
+    submit.add_argument("--batch-size", type=positive_int, default=1000, help=argparse.SUPPRESS)
+
+    cancel = with_url(command("cancel", cmd_cancel, "cancel a job (a running one is asked to stop)"))
+    cancel.add_argument("job_id")
+    cancel.add_argument("--force", action="store_true", help="cancel a running job at once (kills its fence)")
+
+    job = with_url(command("job", cmd_job, "show a job and its claims"))
+    job.add_argument("job_id")
+
+    worker = with_url(command("worker", cmd_worker, "run a worker for an app's tasks"))
+    worker.add_argument("app", help="the App to run, as module:attribute (e.g. myproject.tasks:app)")
+    worker.add_argument("-q", "--queue", action="append", help="queue to serve (repeatable; default: the app's)")
+    worker.add_argument("-c", "--concurrency", type=positive_int, default=1, help="jobs at once (default 1)")
+    worker.add_argument("--lease", type=duration, help="lease per claim (default: the queue's)")
+    worker.add_argument("--budget", type=duration, help="hard deadline per claim (default: none)")
+    worker.add_argument("--drain-timeout", type=duration, default=timedelta(seconds=30),
+                        help="on SIGINT/SIGTERM, wait this long before releasing unfinished jobs (default 30s)")
+    worker.add_argument("--poll-interval", type=duration,
+                        help="longest idle wait between claims (default 0.5s SQLite, 5s PostgreSQL)")
+    worker.add_argument("--reap-interval", type=duration, default=timedelta(seconds=2),
+                        help="how often to reap expired leases (default 2s; one worker at a time)")
+    worker.add_argument("--no-reap", action="store_true", help="never reap from this worker")
+    worker.add_argument("--purge-after", type=duration, help="retention: purge finished jobs older than this")
+    worker.add_argument("--purge-submissions-after", type=duration,
+                        help="with --purge-after: also forget submission ids older than this")
+    worker.add_argument("--complete-window", type=duration, help="batch completions within this window")
+    worker.add_argument("--owner-id", help="worker identity (default host:pid:random)")
+    worker.add_argument("--record-pid", action="store_true", help="record this process id on each claim")
+    worker.add_argument("--log-format", choices=["text", "json"], default="text")
+    worker.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+
+    dlq = commands.add_parser("dlq", help="list, replay or discard dead letters",
+                              description="list, replay or discard dead letters")
+    dlq_commands = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
+    dlq_list = with_url(command("list", cmd_dlq, "list dead letters", dlq_commands))
+    dlq_list.add_argument("--queue")
+    dlq_list.add_argument("--all", action="store_true", help="include replayed and discarded letters")
+    dlq_list.add_argument("--limit", type=positive_int, default=100)
+    for action, text in (("replay", "put dead-lettered jobs back to pending with a fresh attempt budget"),
+                         ("discard", "mark dead letters handled without replaying them")):
+        sub = with_url(command(action, cmd_dlq, text, dlq_commands))
+        sub.add_argument("ids", nargs="*", metavar="DLQ_ID")
+        sub.add_argument("--all", dest="every", action="store_true", help="every open dead letter")
+        sub.add_argument("--queue", help="with --all: only this queue's")
+
+    demo = command("demo", cmd_demo, "a guided tour: two workers, a crash, a takeover, fences at work")
+    with_url(demo)
+    demo.add_argument("--keep", action="store_true", help="keep the workers' logs (in a temporary folder)")
+    demo.add_argument("--quiet", action="store_true", help="print only the summary")
     return parser
 
 
@@ -78,11 +488,27 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
+    except UserError as error:
+        print(f"fenceq: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except PersistenceFailed as error:
+        print(f"{error} [{error.reason}]{_hint(error)}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except FenceqError as error:
-        print(f"{error} [{error.reason}]", file=sys.stderr)
-        return 2
+        print(f"{error} [{error.reason}]{_hint(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as error:
+        if error.name == "fenceq._sqlite":
+            print("fenceq: the embedded SQLite backend is not available in this build; "
+                  "pass --url postgresql://… or set FENCEQ_DATABASE_URL", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    except OSError as error:
+        print(f"fenceq: {error.strerror or error}" + (f": {error.filename}" if error.filename else ""),
+              file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,0 +1,90 @@
+"""The tasks that `fenceq demo` runs in its worker processes.
+
+Each handler notes what it does in the demo's events file (the payload's
+``events`` path), so that the demo can tell the story as it happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .worker import App, JobCancelled, LeaseLost, NonRetryable
+
+app = App("fenceq-demo")
+
+
+def note(ctx, event: str, **fields) -> None:
+    path = (ctx.payload or {}).get("events")
+    if not path:
+        return
+    line = json.dumps({"event": event, "job_id": ctx.job_id, "generation": ctx.generation,
+                       "worker": ctx.owner_id, "t": time.time(), **fields})
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@app.task("thumbnail")
+def thumbnail(ctx):
+    time.sleep(0.15)
+    return {"thumbnail": f"{ctx.payload['image']}.thumb.jpg", "by": ctx.owner_id}
+
+
+@app.task("report")
+def report(ctx):
+    """Three checkpointed steps: a step recorded by an earlier claim is not run again."""
+    ran, reused = [], []
+    for step in ("fetch", "render", "upload"):
+        if step in ctx.checkpoints:
+            reused.append(step)
+            continue
+
+        def work(step=step):
+            time.sleep(ctx.payload.get("step_seconds", 0.8))
+            return {"done_by": ctx.owner_id, "generation": ctx.generation}
+
+        ctx.checkpoint(step, work)
+        ran.append(step)
+        note(ctx, "checkpoint", step=step)
+    return {"steps_run_here": ran, "steps_from_checkpoints": reused, "by": ctx.owner_id}
+
+
+@app.task("invoice")
+def invoice(ctx):
+    """The first claim works slowly and checks its fence before the side effect."""
+    note(ctx, "started")
+    if ctx.generation == 1:
+        deadline = time.monotonic() + ctx.payload.get("seconds", 3.0)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not ctx.fence_live:
+            note(ctx, "told", lost=ctx.lost.is_set())
+        try:
+            ctx.checkpoint("email", lambda: {"sent_by": ctx.owner_id})
+            note(ctx, "checkpoint_accepted")
+        except LeaseLost:
+            note(ctx, "checkpoint_refused")
+    else:
+        ctx.checkpoint("email", lambda: {"sent_by": ctx.owner_id})
+    return {"invoice": ctx.payload["number"], "by": ctx.owner_id, "generation": ctx.generation}
+
+
+@app.task("export")
+def export(ctx):
+    note(ctx, "started")
+    if ctx.cancelled.wait(ctx.payload.get("seconds", 60)):
+        note(ctx, "saw_cancel")
+        raise JobCancelled()
+    return {"exported": True}
+
+
+@app.task("charge")
+def charge(ctx):
+    fixed = ctx.payload.get("fixed_flag")
+    if not (fixed and os.path.exists(fixed)):
+        raise NonRetryable("card declined: the customer must update their card")
+    return {"charged": ctx.payload["amount"], "by": ctx.owner_id}

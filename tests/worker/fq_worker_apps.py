@@ -1,0 +1,129 @@
+"""Task handlers for the worker tests (imported in-process, and by worker
+processes as ``fq_worker_apps:app`` with this folder on PYTHONPATH).
+
+Handlers append one JSON line per event to the file named by the payload's
+``trace`` key, so a test can see what ran where, and how often.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from fenceq.worker import App, JobCancelled, LeaseLost, NonRetryable
+
+app = App(queues=["work"])
+
+
+def trace(ctx, event: str, **fields) -> None:
+    path = (ctx.payload or {}).get("trace")
+    if not path:
+        return
+    line = json.dumps({"event": event, "job": ctx.job_id, "gen": ctx.generation, "pid": os.getpid(),
+                       "t": time.time(), **fields}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_trace(path) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+@app.task("quick")
+def quick(ctx):
+    trace(ctx, "start")
+    time.sleep((ctx.payload or {}).get("seconds", 0))
+    trace(ctx, "end")
+    return {"gen": ctx.generation, "pid": os.getpid()}
+
+
+@app.task("slow")
+def slow(ctx):
+    """Works for ``seconds`` in small steps (heartbeats keep the lease)."""
+    trace(ctx, "start")
+    deadline = time.monotonic() + ctx.payload["seconds"]
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+    trace(ctx, "end")
+    return {"gen": ctx.generation, "pid": os.getpid()}
+
+
+@app.task("stall")
+def stall(ctx):
+    """Generation 1 stalls and watches its fence; later generations finish at once."""
+    trace(ctx, "start")
+    if ctx.generation > 1:
+        trace(ctx, "end")
+        return {"gen": ctx.generation}
+    deadline = time.monotonic() + ctx.payload.get("seconds", 30)
+    while time.monotonic() < deadline:
+        if not ctx.fence_live:
+            trace(ctx, "told", lost=ctx.lost.is_set())
+            break
+        time.sleep(0.02)
+    try:
+        ctx.checkpoint("late", lambda: "late work")
+        trace(ctx, "checkpoint_accepted")
+    except LeaseLost:
+        trace(ctx, "checkpoint_refused", lost=ctx.lost.is_set())
+    trace(ctx, "end")
+    return {"gen": ctx.generation, "late": True}
+
+
+@app.task("cancellable")
+def cancellable(ctx):
+    trace(ctx, "start")
+    if ctx.cancelled.wait(ctx.payload.get("seconds", 30)):
+        trace(ctx, "saw_cancel", lost=ctx.lost.is_set())
+        raise JobCancelled()
+    trace(ctx, "end")
+    return "not cancelled"
+
+
+@app.task("acancellable")
+async def acancellable(ctx):
+    trace(ctx, "start")
+    try:
+        await asyncio.wait_for(ctx.cancelled.wait(), ctx.payload.get("seconds", 30))
+    except asyncio.TimeoutError:
+        return "not cancelled"
+    trace(ctx, "saw_cancel", lost=ctx.lost.is_set())
+    return "stopped early"
+
+
+@app.task("flaky")
+def flaky(ctx):
+    """Records a checkpoint, then fails on the first ``failures`` attempts."""
+    calls = ctx.checkpoint("expensive", lambda: (trace(ctx, "expensive"), {"computed_by": ctx.generation})[1])
+    trace(ctx, "start", attempt=ctx.attempt)
+    if ctx.attempt <= ctx.payload.get("failures", 1):
+        raise RuntimeError(f"transient trouble on attempt {ctx.attempt}")
+    return {"checkpoint": calls, "attempt": ctx.attempt}
+
+
+@app.task("broken")
+def broken(ctx):
+    trace(ctx, "start")
+    raise NonRetryable("bad input: will never work")
+
+
+@app.task("aquick")
+async def aquick(ctx):
+    trace(ctx, "start")
+    value = await ctx.checkpoint("one", lambda: 1)
+    await asyncio.sleep(ctx.payload.get("seconds", 0))
+    return {"async": True, "one": value}
+
+
+@app.task("noop")
+def noop(ctx):
+    return None

@@ -1,0 +1,103 @@
+"""Fault tests with real ``fenceq worker`` processes (both backends):
+SIGKILL mid-job, SIGSTOP past the lease, SIGTERM drain, cancel round trip."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from conftest import read_trace, wait_for
+
+
+def test_sigkill_mid_job_ends_exactly_once_by_takeover(db, work_queue, trace_file, spawn_worker):
+    with db.connect() as client:
+        job_id = client.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 1.0})
+        a = spawn_worker("a", "--no-reap")
+        wait_for(lambda: any(e["event"] == "start" for e in read_trace(trace_file)), what="a starts the job")
+        a.signal(signal.SIGKILL)
+        assert a.wait() == -signal.SIGKILL
+        held = client.get_job(job_id)
+        assert (held.status, held.owner_id, held.generation) == ("claimed", "a", 1)
+
+        b = spawn_worker("b")
+        done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j, timeout=15,
+                        what="b completes the job")
+        assert done.generation == 2 and done.owner_id == "b" and done.result["gen"] == 2
+        assert done.result["pid"] == b.pid
+        assert [(x.generation, x.owner_id) for x in client.attempts(job_id)] == [(1, "a"), (2, "b")]
+
+        events = read_trace(trace_file)
+        assert [(e["event"], e["gen"]) for e in events] == [("start", 1), ("start", 2), ("end", 2)]
+        assert b.find("reaped"), "b's reaper settled the lapsed claim"
+        assert len(b.find("completed", job_id=job_id)) == 1
+        b.signal(signal.SIGTERM)
+        assert b.wait() == 0
+
+
+def test_sigstop_past_lease_then_sigcont_writes_refused_and_handler_told(db, work_queue, trace_file,
+                                                                          spawn_worker):
+    with db.connect() as client:
+        job_id = client.submit(work_queue, "stall", {"trace": str(trace_file), "seconds": 20})
+        a = spawn_worker("a", "--no-reap")
+        wait_for(lambda: read_trace(trace_file), what="a starts the job")
+        a.freeze(db.url)
+        stopped_at = time.monotonic()
+
+        b = spawn_worker("b")
+        done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j, timeout=15,
+                        what="b takes the job over and completes it")
+        assert b.find("completed", job_id=job_id)
+        assert (done.generation, done.owner_id, done.result) == (2, "b", {"gen": 2})
+        assert time.monotonic() - stopped_at > 1.0  # a's lease (1 s) lapsed while it was stopped
+
+        a.signal(signal.SIGCONT)
+        refused = a.wait_event("complete_refused", job_id=job_id)
+        assert refused["generation"] == 1 and refused["current_generation"] == 2
+        assert refused["current_owner"] == "b" and refused["current_status"] == "completed"
+        assert a.find("checkpoint_refused", job_id=job_id), "the late checkpoint was refused"
+        mine = [e["event"] for e in read_trace(trace_file) if e["pid"] == a.pid]
+        assert mine == ["start", "told", "checkpoint_refused", "end"]
+
+        after = client.get_job(job_id)
+        assert (after.status, after.generation, after.owner_id, after.result) == ("completed", 2, "b", {"gen": 2})
+        a.signal(signal.SIGTERM)
+        assert a.wait() == 0
+
+
+def test_sigterm_drains_then_releases_unfinished(db, work_queue, trace_file, spawn_worker):
+    with db.connect() as client:
+        short = client.submit(work_queue, "quick", {"trace": str(trace_file), "seconds": 0.3})
+        long = client.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 30})
+        a = spawn_worker("a", "--drain-timeout", "1s", concurrency=2)
+        wait_for(lambda: len([e for e in read_trace(trace_file) if e["event"] == "start"]) == 2,
+                 what="both jobs start")
+        a.signal(signal.SIGTERM)
+        a.wait_event("stopping")
+        late = client.submit(work_queue, "quick", {"trace": str(trace_file)})
+        assert a.wait(timeout=10) == 0
+
+        assert client.get_job(short).status == "completed"
+        released = client.get_job(long)
+        assert (released.status, released.attempts, released.generation, released.owner_id) == \
+            ("pending", 0, 1, None)
+        assert client.get_job(late).generation == 0, "nothing is claimed after the stop request"
+        assert a.find("released", job_id=long)
+        assert a.find("drain_timeout")
+
+
+def test_cancel_round_trip(db, work_queue, trace_file, spawn_worker):
+    with db.connect() as client:
+        job_id = client.submit(work_queue, "cancellable", {"trace": str(trace_file)})
+        a = spawn_worker("a")
+        wait_for(lambda: read_trace(trace_file), what="the job starts")
+        asked = time.monotonic()
+        assert client.cancel(job_id) == "cancel_requested"
+        done = wait_for(lambda: (j := client.get_job(job_id)).status == "cancelled" and j, timeout=10,
+                        what="the worker acknowledges the cancel")
+        elapsed = time.monotonic() - asked
+        assert done.generation == 1 and done.lease_expires_at is None and done.pid is None
+        assert [e["event"] for e in read_trace(trace_file)] == ["start", "saw_cancel"]
+        assert a.find("cancel_requested", job_id=job_id) and a.find("cancelled", job_id=job_id)
+        assert elapsed < (1.0 if db.backend == "postgres" else 2.0)
+        a.signal(signal.SIGTERM)
+        assert a.wait() == 0
