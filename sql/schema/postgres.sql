@@ -422,7 +422,9 @@ BEGIN
             v_claimed.priority, v_claimed.attempts, v_claimed.max_attempts, v_claimed.owner_id,
             v_claimed.generation, v_claimed.claim_token, v_claimed.lease_expires_at,
             v_claimed.budget_expires_at, v_claimed.cancel_requested, v_claimed.submission_id,
-            fenceq._checkpoints_of(v_claimed.job_id))::fenceq.claim;
+            -- Checkpoints need a live fence: a first claim has none to read.
+            CASE WHEN v_claimed.generation = 1 THEN '{}'::jsonb
+                 ELSE fenceq._checkpoints_of(v_claimed.job_id) END)::fenceq.claim;
     END LOOP;
     CLOSE v_candidates;
 END
