@@ -163,3 +163,12 @@ def test_timestamps_round_trip_as_aware_utc(client, queue):
     moment = datetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=timezone(timedelta(hours=-7)))
     job = client.get_job(client.submit(queue, "t", run_at=moment))
     assert job.run_at == moment and job.run_at.utcoffset() == timedelta(0)
+
+
+def test_batch_calls_naming_one_job_twice_answer_as_calls_in_order(client, queue):
+    client.submit(queue, "t")
+    c = client.claim_next([queue], "w", fenceq.new_claim_token())
+    stale = fenceq.Fence(c.job_id, "w", c.generation, "not-the-token")
+    assert client.heartbeat_batch([stale, c.fence, c.fence]) == [False, True, True]
+    assert client.complete_batch([stale, c.fence, c.fence], ["a", "b", "c"]) == [False, True, False]
+    assert client.get_job(c.job_id).result == "b"

@@ -310,13 +310,12 @@ DECLARE
     v_queue fenceq._queues;
     v_active text[];
     v_known integer;
-    v_candidates refcursor;
-    v_candidate record;
-    v_index integer := 0;
-    v_token text;
     v_now timestamptz;
-    v_lease interval;
-    v_claimed fenceq._jobs;
+    v_picked text[];
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_exhausted boolean;
 BEGIN
     -- Fast path for the usual well-formed call (one expression); otherwise
     -- the checks run one by one and name what is wrong.
@@ -331,14 +330,16 @@ BEGIN
         PERFORM fenceq._check_interval(_claim.budget, 'budget');
     END IF;
 
+    -- A used token is refused even when there is nothing to claim. One
+    -- primary-key probe per token (a cached plan over "= ANY" could stay a
+    -- sequential scan of the whole ledger).
     IF (v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count)
-       OR EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY (_claim.claim_tokens)) THEN
+       OR EXISTS (SELECT 1 FROM unnest(_claim.claim_tokens) AS t(token)
+                   WHERE EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = t.token)) THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
     v_now := clock_timestamp();
-    -- Plans of these two statements are cached for the session: keep them
-    -- simple, because planning, not executing, dominates a claim.
     IF cardinality(_claim.queues) = 1 THEN
         SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
         IF NOT FOUND THEN
@@ -347,14 +348,15 @@ BEGIN
         IF v_queue.paused THEN
             RETURN;
         END IF;
-        OPEN v_candidates FOR
-            SELECT j.job_id, j.generation, v_queue.lease AS queue_lease
-              FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
-               AND (j.expires_at IS NULL OR j.expires_at > v_now)
-             ORDER BY j.priority DESC, j.run_at, j.seq
-             LIMIT v_count
-               FOR UPDATE SKIP LOCKED;
+        SELECT array_agg(p.job_id ORDER BY p.ordinal) INTO v_picked FROM (
+            SELECT j.job_id, row_number() OVER () AS ordinal FROM (
+                SELECT j.job_id
+                  FROM fenceq._jobs AS j
+                 WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+                   AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                 ORDER BY j.priority DESC, j.run_at, j.seq
+                 LIMIT v_count
+                   FOR UPDATE SKIP LOCKED) AS j) AS p;
     ELSE
         SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
           INTO v_active, v_known
@@ -365,12 +367,11 @@ BEGIN
         IF v_active IS NULL THEN
             RETURN;
         END IF;
-        OPEN v_candidates FOR
-            SELECT c.job_id, c.generation, qs.lease AS queue_lease
+        SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) INTO v_picked FROM (
+            SELECT c.job_id, c.priority, c.run_at, c.seq
               FROM unnest(v_active) AS a(name)
-              JOIN fenceq._queues AS qs ON qs.queue = a.name
              CROSS JOIN LATERAL (
-                SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                SELECT j.job_id, j.priority, j.run_at, j.seq
                   FROM fenceq._jobs AS j
                  WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
                    AND (j.expires_at IS NULL OR j.expires_at > v_now)
@@ -378,55 +379,61 @@ BEGIN
                  LIMIT v_count
                    FOR UPDATE OF j SKIP LOCKED) AS c
              ORDER BY c.priority DESC, c.run_at, c.seq
-             LIMIT v_count;
+             LIMIT v_count) AS c;
     END IF;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    v_now := clock_timestamp();  -- read after the picked rows are locked
 
-    LOOP
-        FETCH v_candidates INTO v_candidate;
-        EXIT WHEN NOT FOUND;
-        v_index := v_index + 1;
-        v_token := _claim.claim_tokens[v_index];
-        v_lease := coalesce(_claim.lease, v_candidate.queue_lease);
-        IF v_candidate.generation = 9223372036854775807 THEN
-            PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
-        END IF;
-        -- Time is read after the row lock is held.
-        v_now := clock_timestamp();
+    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
+    -- trigger or coercion that changes it rolls the whole claim back (QF302).
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal, _claim.claim_tokens[p.ordinal] AS token
+          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
         UPDATE fenceq._jobs AS j
            SET status = 'claimed',
                attempts = j.attempts + 1,
-               generation = j.generation + 1,
+               generation = CASE WHEN j.generation < 9223372036854775807 THEN j.generation + 1
+                                 ELSE j.generation END,
                owner_id = _claim.owner_id,
-               claim_token = v_token,
-               lease = v_lease,
-               lease_expires_at = least(v_now + v_lease, v_now + _claim.budget),
+               claim_token = p.token,
+               lease = coalesce(_claim.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(_claim.lease, q.lease), v_now + _claim.budget),
                budget_expires_at = v_now + _claim.budget,
                cancel_requested = false,
                pid = NULL
-         WHERE j.job_id = v_candidate.job_id
-        RETURNING j.* INTO v_claimed;
-        -- Storage must keep exactly what was sent (a trigger or coercion
-        -- that changes it rolls the whole claim back).
-        IF v_claimed.owner_id IS DISTINCT FROM _claim.owner_id
-           OR v_claimed.claim_token IS DISTINCT FROM v_token
-           OR v_claimed.generation IS DISTINCT FROM v_candidate.generation + 1 THEN
-            PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
-        END IF;
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token,
+                  j.generation = 9223372036854775807 AS exhausted),
+    recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
-        VALUES (v_token, v_claimed.job_id, v_claimed.generation, _claim.owner_id, v_now)
-        ON CONFLICT (claim_token) DO NOTHING;
-        IF NOT FOUND THEN
-            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-        END IF;
-        RETURN NEXT ROW(v_claimed.job_id, v_claimed.queue, v_claimed.task, v_claimed.payload,
-            v_claimed.priority, v_claimed.attempts, v_claimed.max_attempts, v_claimed.owner_id,
-            v_claimed.generation, v_claimed.claim_token, v_claimed.lease_expires_at,
-            v_claimed.budget_expires_at, v_claimed.cancel_requested, v_claimed.submission_id,
-            -- Checkpoints need a live fence: a first claim has none to read.
-            CASE WHEN v_claimed.generation = 1 THEN '{}'::jsonb
-                 ELSE fenceq._checkpoints_of(v_claimed.job_id) END)::fenceq.claim;
-    END LOOP;
-    CLOSE v_candidates;
+        SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT count(*) FROM recorded),
+           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
+           bool_or(c.exhausted)
+      INTO v_claims, v_recorded, v_changed, v_exhausted
+      FROM claimed AS c;
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded <> cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
 END
 $$;
 
@@ -1172,8 +1179,8 @@ CREATE FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generati
 #variable_conflict use_column
 DECLARE
     v_count integer;
+    v_now timestamptz;
     v_answers boolean[];
-    v_fence record;
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
@@ -1181,17 +1188,41 @@ BEGIN
         OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
         PERFORM fenceq._raise('QF100', 'results must have one element per fence');
     END IF;
-    v_answers := array_fill(NULL::boolean, ARRAY[v_count]);
-    FOR v_fence IN
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF complete_batch.results IS NOT NULL THEN
+        PERFORM fenceq._check_json(r.value, 'result') FROM unnest(complete_batch.results) AS r(value)
+         WHERE r.value IS NOT NULL;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (complete_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- One call at a time, the first element naming a job's live fence would
+    -- complete it and every later one would find it completed: so exactly
+    -- the first live element per job wins.
+    WITH fences AS (
         SELECT f.j, f.o, f.g, f.t, f.i
           FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
                       complete_batch.generations, complete_batch.claim_tokens)
-               WITH ORDINALITY AS f(j, o, g, t, i)
-         ORDER BY f.j COLLATE "C", f.i
-    LOOP
-        v_answers[v_fence.i] := fenceq.complete(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
-            complete_batch.results[array_lower(complete_batch.results, 1) + v_fence.i - 1]);
-    END LOOP;
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    winners AS (
+        SELECT DISTINCT ON (f.j) f.j, f.i
+          FROM fences AS f JOIN fenceq._jobs AS j
+            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+           AND NOT j.cancel_requested
+         ORDER BY f.j, f.i),
+    completed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'completed', finished_at = v_now,
+               result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
+          FROM winners AS w
+         WHERE j.job_id = w.j
+        RETURNING w.i)
+    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i)
+      INTO v_answers
+      FROM fences AS f;
     RETURN v_answers;
 END
 $$;
@@ -1372,22 +1403,39 @@ CREATE FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generat
     AS $$
 #variable_conflict use_column
 DECLARE
+    v_count integer;
+    v_now timestamptz;
     v_answers boolean[];
-    v_fence record;
 BEGIN
-    v_answers := array_fill(NULL::boolean, ARRAY[fenceq._check_batch(heartbeat_batch.job_ids,
-        heartbeat_batch.owner_ids, heartbeat_batch.generations, heartbeat_batch.claim_tokens)]);
-    PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
-    FOR v_fence IN
+    v_count := fenceq._check_batch(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                                   heartbeat_batch.generations, heartbeat_batch.claim_tokens);
+    IF heartbeat_batch.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (heartbeat_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- A heartbeat changes no fence, so every element naming the live fence
+    -- answers true, as it would one call at a time.
+    WITH fences AS (
         SELECT f.j, f.o, f.g, f.t, f.i
           FROM unnest(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
                       heartbeat_batch.generations, heartbeat_batch.claim_tokens)
-               WITH ORDINALITY AS f(j, o, g, t, i)
-         ORDER BY f.j COLLATE "C", f.i
-    LOOP
-        v_answers[v_fence.i] := fenceq.heartbeat(v_fence.j, v_fence.o, v_fence.g, v_fence.t,
-                                                 heartbeat_batch.lease);
-    END LOOP;
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    live AS (
+        SELECT f.i, f.j FROM fences AS f JOIN fenceq._jobs AS j
+            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
+    renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
+        UPDATE fenceq._jobs AS j
+           SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
+         WHERE j.job_id IN (SELECT l.j FROM live AS l))
+    SELECT array_agg(EXISTS (SELECT 1 FROM live AS l WHERE l.i = f.i) ORDER BY f.i)
+      INTO v_answers
+      FROM fences AS f;
     RETURN v_answers;
 END
 $$;
