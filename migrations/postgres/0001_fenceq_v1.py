@@ -40,7 +40,7 @@ BEGIN
                     WHERE status = 'claimed' AND lease_expires_at > clock_timestamp())) THEN
         RAISE EXCEPTION USING ERRCODE = 'QF901',
             MESSAGE = 'fenceq: this downgrade would lose retained submission identities or live claims; '
-                      'set fenceq.allow_data_loss = on to proceed';
+                      'rerun with --allow-data-loss (or set fenceq.allow_data_loss = on)';
     END IF;
 END
 $$;

@@ -48,6 +48,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from .migrate import rollback
+
+    undone = rollback(resolve_url(args.url), allow_data_loss=args.allow_data_loss)
+    print("fenceq: rolled back " + (", ".join(undone) if undone else "nothing (no migration applied)"))
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     sys.stdout.write(install_script(args.backend))
     return 0
@@ -400,6 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     with_url(command("migrate", cmd_migrate, "apply migrations, then verify the schema"))
+    rollback = with_url(command("rollback", cmd_rollback,
+                                "undo every migration (drops fenceq and all its data)"))
+    rollback.add_argument("--allow-data-loss", action="store_true",
+                          help="proceed even though retained submission identities or live claims are lost")
     sql = command("sql", cmd_sql, "print the complete install script")
     sql.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
     with_url(command("verify", cmd_verify, "run verify_schema; exit 1 when a check fails"))

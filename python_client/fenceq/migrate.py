@@ -129,9 +129,13 @@ def migrate(url: str) -> list[Any]:
 
 
 def rollback(url: str, *, allow_data_loss: bool = False) -> list[str]:
-    """Roll back every applied migration, newest first. A step that would lose retained submission
-    identities or live claims refuses (QF901) unless ``allow_data_loss``.
-    Returns the ids rolled back. PostgreSQL only."""
+    """Roll back every applied migration, newest first. A step that would
+    lose retained submission identities or live claims takes its locks, then
+    refuses (QF901) unless ``allow_data_loss``. Returns the ids rolled back."""
+    from .client import backend_of
+
+    if backend_of(url) == "sqlite":
+        return _rollback_sqlite(url, allow_data_loss)
     import psycopg
     from yoyo import get_backend, read_migrations
 
@@ -152,6 +156,37 @@ def rollback(url: str, *, allow_data_loss: bool = False) -> list[str]:
                 backend.connection.close()
     except psycopg.Error as exc:
         raise translate(exc.sqlstate, exc.diag.message_primary) from exc
+
+
+def _rollback_sqlite(url: str, allow_data_loss: bool) -> list[str]:
+    """SQLite has no session settings a migration's fresh connection would
+    see, so the data-loss flag travels in the environment of this process."""
+    import os
+    import sqlite3
+
+    from yoyo import get_backend, read_migrations
+
+    from ._sqlite import database_path
+    from .errors import FenceqError, PersistenceFailed
+
+    saved = os.environ.get("FENCEQ_ALLOW_DATA_LOSS")
+    os.environ["FENCEQ_ALLOW_DATA_LOSS"] = "1" if allow_data_loss else "0"
+    backend = get_backend(f"sqlite:///{database_path(url)}")
+    try:
+        chosen = backend.to_rollback(read_migrations(str(migrations_dir("sqlite"))))
+        with backend.lock():
+            backend.rollback_migrations(chosen)
+        return [m.id for m in chosen]
+    except FenceqError:
+        raise
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    finally:
+        backend.connection.close()
+        if saved is None:
+            os.environ.pop("FENCEQ_ALLOW_DATA_LOSS", None)
+        else:
+            os.environ["FENCEQ_ALLOW_DATA_LOSS"] = saved
 
 
 def check(results: list[Any]) -> list[Any]:

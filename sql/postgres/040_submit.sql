@@ -24,6 +24,7 @@ RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -304,6 +305,7 @@ RETURNS text[]
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

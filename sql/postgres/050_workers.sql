@@ -1,5 +1,9 @@
 -- fenceq for PostgreSQL, part 5: workers (claims and fenced writes).
 --
+-- Hot functions pin plan_cache_mode = force_generic_plan: their statements
+-- are simple index lookups and scans whose generic plans are the right ones,
+-- and planning them afresh on every call would cost more than running them.
+--
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
 -- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
@@ -35,6 +39,7 @@ RETURNS fenceq._jobs
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_job fenceq._jobs;
@@ -84,6 +89,7 @@ RETURNS SETOF fenceq.claim
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -299,6 +305,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -367,6 +374,7 @@ RETURNS boolean[]
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -418,6 +426,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -451,6 +460,7 @@ RETURNS boolean[]
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -579,6 +589,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -613,6 +624,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -653,6 +665,7 @@ RETURNS jsonb
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -303,6 +303,7 @@ COMMENT ON FUNCTION fenceq._checkpoints_of(job_id text) IS 'Private. A job''s ch
 CREATE FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) RETURNS SETOF fenceq.claim
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -684,6 +685,7 @@ COMMENT ON FUNCTION fenceq._lock_identities(keys text[]) IS 'Private. Advisory t
 CREATE FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) RETURNS fenceq._jobs
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_job fenceq._jobs;
@@ -817,6 +819,7 @@ COMMENT ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean)
 CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1055,6 +1058,7 @@ COMMENT ON FUNCTION fenceq.cancel(job_id text, force boolean) IS 'Cancel a job: 
 CREATE FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1146,6 +1150,7 @@ COMMENT ON FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bi
 CREATE FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, claim_token text, result jsonb DEFAULT NULL::jsonb) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1175,6 +1180,7 @@ COMMENT ON FUNCTION fenceq.complete(job_id text, owner_id text, generation bigin
 CREATE FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[] DEFAULT NULL::jsonb[]) RETURNS boolean[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1295,6 +1301,7 @@ COMMENT ON FUNCTION fenceq.discard_dead_letter(dlq_id text) IS 'Mark a dead lett
 CREATE FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean DEFAULT true, retry_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1371,6 +1378,7 @@ COMMENT ON FUNCTION fenceq.get_job(job_id text) IS 'One job as fenceq.jobs shows
 CREATE FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval DEFAULT NULL::interval) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1400,6 +1408,7 @@ COMMENT ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigi
 CREATE FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval DEFAULT NULL::interval) RETURNS boolean[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1594,6 +1603,7 @@ COMMENT ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) IS 'Th
 CREATE FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1742,6 +1752,7 @@ COMMENT ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submissi
 CREATE FUNCTION fenceq.submit_batch(queue text, requests jsonb) RETURNS text[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1981,7 +1992,9 @@ BEGIN
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq'
-       AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
+       AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
+                  WHERE c.setting <> 'plan_cache_mode=force_generic_plan')
+           IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
     check_name := 'pinned_search_path'; ok := v_bad IS NULL;
     detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');
     RETURN NEXT;
