@@ -23,9 +23,12 @@ pg-stop:
 test: install pg-start
 	$(BIN)/pytest -q
 
+BENCH_PG_URL := postgresql://postgres@127.0.0.1:54339/postgres
+
 bench: install
 	FENCEQ_PG_DURABLE=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
-	FENCEQ_BENCH_PG_URL=postgresql://postgres@127.0.0.1:54339/postgres $(BIN)/python -m bench
+	$(BIN)/python -m bench --url $(BENCH_PG_URL)
+	$(BIN)/python bench/worker_bench.py --url $(BENCH_PG_URL) --jobs 4000 --samples 200 --markdown docs/benchmarks.md
 
 sql: install
 	$(BIN)/fenceq sql --backend postgres > build-fenceq-postgres.sql

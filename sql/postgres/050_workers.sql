@@ -154,19 +154,23 @@ BEGIN
         IF v_active IS NULL THEN
             RETURN;
         END IF;
-        SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) INTO v_picked FROM (
-            SELECT c.job_id, c.priority, c.run_at, c.seq
-              FROM unnest(v_active) AS a(name)
-             CROSS JOIN LATERAL (
-                SELECT j.job_id, j.priority, j.run_at, j.seq
-                  FROM fenceq._jobs AS j
-                 WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= v_now
-                   AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                 ORDER BY j.priority DESC, j.run_at, j.seq
-                 LIMIT v_count
-                   FOR UPDATE OF j SKIP LOCKED) AS c
-             ORDER BY c.priority DESC, c.run_at, c.seq
-             LIMIT v_count) AS c;
+        -- EXECUTE plans this statement for its actual values every time: a
+        -- generic plan of the per-queue merge can lose the ordered index scan.
+        EXECUTE $sql$
+            SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) FROM (
+                SELECT c.job_id, c.priority, c.run_at, c.seq
+                  FROM unnest($1::text[]) AS a(name)
+                 CROSS JOIN LATERAL (
+                    SELECT j.job_id, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                       AND (j.expires_at IS NULL OR j.expires_at > $3)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT $2
+                       FOR UPDATE OF j SKIP LOCKED) AS c
+                 ORDER BY c.priority DESC, c.run_at, c.seq
+                 LIMIT $2) AS c
+        $sql$ INTO v_picked USING v_active, v_count, v_now;
     END IF;
     IF v_picked IS NULL THEN
         RETURN;
