@@ -62,6 +62,7 @@ _VIEWS = {
 
 _PARAMETER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
 _LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
+_SETUP = re.compile(r"\s*CREATE\s+TEMP\s+TABLE\s+IF\s+NOT\s+EXISTS\s", re.IGNORECASE)
 
 
 class StatementFailed(sqlite3.DatabaseError):
@@ -80,6 +81,9 @@ class StatementFailed(sqlite3.DatabaseError):
 class Statement:
     sql: str
     parameters: tuple[str, ...]
+    # Only creates a scratch table (CREATE TEMP TABLE IF NOT EXISTS): the
+    # README lets a driver run it once per connection, outside the call.
+    setup: bool = False
 
 
 def split_statements(text: str) -> list[Statement]:
@@ -98,7 +102,8 @@ def split_statements(text: str) -> list[Statement]:
         code = _LITERALS_AND_COMMENTS.sub(" ", sql)
         if code.strip(" \n\t;"):
             names = tuple(dict.fromkeys(_PARAMETER.findall(code)))
-            result.append(Statement(sql, names))
+            setup = _SETUP.match(code) is not None and not names
+            result.append(Statement(sql, names, setup))
     return result
 
 
@@ -106,6 +111,23 @@ def split_statements(text: str) -> list[Statement]:
 def load_script(name: str) -> tuple[Statement, ...]:
     path = sql_dir("sqlite") / f"{name}.sql"
     return tuple(split_statements(path.read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the client runs one file: its setup statements (once per
+    connection, before the first call), the statements of every call, and
+    every parameter name the file uses (bound as NULL when omitted)."""
+    setup: tuple[str, ...]
+    statements: tuple[str, ...]
+    parameters: tuple[str, ...]
+
+
+@functools.cache
+def _plan(name: str) -> Plan:
+    script = load_script(name)
+    return Plan(tuple(s.sql for s in script if s.setup), tuple(s.sql for s in script if not s.setup),
+                tuple(dict.fromkeys(n for s in script for n in s.parameters)))
 
 
 def schema_statements() -> list[str]:
@@ -174,6 +196,8 @@ def parameters(op: Op) -> dict[str, Any]:
     if op.name == "submit_batch":
         params["requests"] = "[" + ",".join(_request_json(values["queue"], request)
                                             for request in values["requests"]) + "]"
+    elif op.name == "submit" and values.get("submission_id") is None:
+        params["fingerprint"] = None  # only a submission id is fingerprinted
     elif op.name == "submit":
         request = SubmitRequest(
             task=values["task"], payload=values.get("payload") or "null",
@@ -260,9 +284,24 @@ def _rollback(connection: sqlite3.Connection) -> None:
             pass  # the original failure is what the caller needs to see
 
 
-def execute(connection: sqlite3.Connection, op: Op) -> list[dict[str, Any]]:
+def _prepare(connection: sqlite3.Connection, plan: Plan, prepared: set[str] | None) -> None:
+    """Run a file's setup statements (scratch tables) once per connection,
+    outside any transaction, so that a rolled-back call cannot undo them."""
+    if prepared is None:
+        return
+    for sql in plan.setup:
+        if sql not in prepared:
+            connection.execute(sql)
+            prepared.add(sql)
+
+
+def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = None) -> list[dict[str, Any]]:
     """Run one operation in its own transaction; return the answer rows
-    without the status columns, or raise the script's error."""
+    without the status columns, or raise the script's error.
+
+    ``prepared`` is the connection's set of setup statements already run:
+    with it, a file's scratch tables are created once and its calls run
+    only the remaining statements; without it, every statement runs."""
     params = parameters(op)
     try:
         if op.name in _VIEWS:
@@ -272,25 +311,29 @@ def execute(connection: sqlite3.Connection, op: Op) -> list[dict[str, Any]]:
             columns = [d[0] for d in cursor.description]
             connection.execute("COMMIT")
             return [dict(zip(columns, row)) for row in rows]
-        connection.execute("BEGIN IMMEDIATE" if op.writes else "BEGIN")
-        for statement in load_script(op.name):
-            cursor = connection.execute(statement.sql, {n: params.get(n) for n in statement.parameters})
-            rows = cursor.fetchall()
-        columns = [d[0] for d in cursor.description]
-        answer = [dict(zip(columns, row)) for row in rows]
-        if answer and answer[0]["sqlstate"] is not None:
+        plan = _plan(op.name)
+        _prepare(connection, plan, prepared)
+        bound = dict.fromkeys(plan.parameters)
+        bound.update(params)
+        run = connection.execute
+        run("BEGIN IMMEDIATE" if op.writes else "BEGIN")
+        for sql in (plan.statements if prepared is not None else plan.setup + plan.statements):
+            cursor = run(sql, bound)
+        rows = cursor.fetchall()
+        if rows and rows[0][0] is not None:
             _rollback(connection)
-            failed = answer[0]
-            cause = StatementFailed(failed["sqlstate"], failed["message"], failed["detail"])
-            raise translate(cause.sqlstate, failed["message"], failed["detail"]) from cause
-        connection.execute("COMMIT")
+            sqlstate, message, detail = rows[0][:3]
+            cause = StatementFailed(sqlstate, message, detail)
+            raise translate(sqlstate, message, detail) from cause
+        columns = [d[0] for d in cursor.description][3:]
+        run("COMMIT")
     except sqlite3.Error as exc:
         _rollback(connection)
         raise PersistenceFailed() from exc
     except BaseException:
         _rollback(connection)
         raise
-    return [{k: v for k, v in row.items() if k not in _STATUS_COLUMNS} for row in answer]
+    return [dict(zip(columns, row[3:])) for row in rows]
 
 
 class SqliteBackend:
@@ -302,6 +345,7 @@ class SqliteBackend:
     def __init__(self, url: str):
         self.path = database_path(url)
         self._connection = open_connection(self.path)
+        self._prepared: set[str] = set()
         self._lock = threading.Lock()
 
     def run(self, op: Op) -> Any:
@@ -309,7 +353,7 @@ class SqliteBackend:
             if op.name == "verify_schema":
                 rows = verify_schema(self._connection)
             else:
-                rows = execute(self._connection, op)
+                rows = execute(self._connection, op, self._prepared)
         return shape(op, rows)
 
     def close(self) -> None:

@@ -29,35 +29,38 @@
 -- job; order is strict across callers too. Each queue's head is read
 -- through the partial claim index, then the heads are merged. A claim time
 -- beyond year 9999 raises 22008 (PostgreSQL: timestamp out of range).
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
-DELETE FROM temp.fenceq_error;
-CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
-    ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
-    lease INTEGER NOT NULL, now INTEGER NOT NULL);
-DELETE FROM temp.fenceq_claim;
-INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT sqlstate, message FROM (
-    SELECT 1 AS rank, 'QF100' AS sqlstate, 'fenceq: queues must be a non-empty array of at most 10000 elements' AS message
-     WHERE NOT coalesce(typeof(:queues) = 'text'
-                        AND json_array_length(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) BETWEEN 1 AND 10000, 0)
-    UNION ALL SELECT 2, 'QF102', 'fenceq: queues must hold strings of 1 to 255 characters'
-     WHERE NOT instr(replace(:queues, '\\', ''), '\u0000') = 0 OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a
-                                           WHERE NOT (a.type = 'text' AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 255 AND instr(CAST(a.value AS BLOB), x'00') = 0)))
-    UNION ALL SELECT 3, 'QF102', 'fenceq: owner_id must be 1 to 255 characters' WHERE NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
-    UNION ALL SELECT 5, 'QF102', 'fenceq: claim_token must be 1 to 255 characters'
-     WHERE NOT (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
-    UNION ALL SELECT 6, 'QF105', 'fenceq: lease must be positive' WHERE NOT (:lease IS NULL OR (typeof(:lease) = 'integer' AND :lease > 0))
-    UNION ALL SELECT 7, 'QF105', 'fenceq: budget must be positive' WHERE NOT (:budget IS NULL OR (typeof(:budget) = 'integer' AND :budget > 0))
-    UNION ALL SELECT 8, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
-     WHERE EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
-    UNION ALL SELECT 9, 'QF101', 'fenceq: unknown queue'
-     WHERE (SELECT count(DISTINCT a.value) FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a)
-           <> (SELECT count(*) FROM fenceq__queues AS q
-                WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a))
-) ORDER BY rank LIMIT 1;
--- Each active queue's head row through the claim index, merged in claim
--- order.
+-- One scratch row per connection (temp.fenceq_claim_next, overwritten by
+-- each call): the first failing check in this order (sqlstate, message),
+-- else the chosen job (seq, its generation, the lease) and the clock
+-- reading. The writes are guarded by its sqlstate being NULL.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_next (
+    id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT,
+    seq INTEGER, generation INTEGER, lease INTEGER, now INTEGER NOT NULL);
+-- The checks, then each active queue's head row through the claim index,
+-- merged in claim order; then the head's own checks.
 WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+     doc(doc) AS MATERIALIZED (SELECT CASE WHEN typeof(:queues) = 'text' AND json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END),
+     e(error) AS (SELECT CASE
+        WHEN NOT coalesce(json_array_length(d.doc) BETWEEN 1 AND 10000, 0)
+             THEN 'QF100 fenceq: queues must be a non-empty array of at most 10000 elements'
+        WHEN NOT instr(replace(:queues, '\\', ''), '\u0000') = 0
+             OR EXISTS (SELECT 1 FROM json_each(d.doc) AS a
+                         WHERE NOT (a.type = 'text' AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 255 AND instr(CAST(a.value AS BLOB), x'00') = 0)))
+             THEN 'QF102 fenceq: queues must hold strings of 1 to 255 characters'
+        WHEN NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
+             THEN 'QF102 fenceq: owner_id must be 1 to 255 characters'
+        WHEN NOT (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
+             THEN 'QF102 fenceq: claim_token must be 1 to 255 characters'
+        WHEN NOT (:lease IS NULL OR (typeof(:lease) = 'integer' AND :lease > 0))
+             THEN 'QF105 fenceq: lease must be positive'
+        WHEN NOT (:budget IS NULL OR (typeof(:budget) = 'integer' AND :budget > 0))
+             THEN 'QF105 fenceq: budget must be positive'
+        WHEN EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
+             THEN 'QF301 fenceq: a claim token was already used; recover the claim instead'
+        WHEN EXISTS (SELECT 1 FROM json_each(d.doc) AS a
+                      WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = a.value))
+             THEN 'QF101 fenceq: unknown queue'
+        END AS error FROM doc AS d),
      heads AS (
         SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
           FROM fenceq__queues AS q
@@ -68,64 +71,66 @@ WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(s
                   AND (h.expires_at IS NULL OR h.expires_at > clock.now)
                 ORDER BY h.priority DESC, h.run_at, h.seq
                 LIMIT 1)
-         WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a) AND NOT q.paused)
-INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
-SELECT 1, h.seq, :claim_token, h.generation, coalesce(:lease, h.queue_lease), clock.now
-  FROM heads AS h JOIN clock
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY h.priority DESC, h.run_at, h.seq
- LIMIT 1;
-INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT sqlstate, message FROM (
-    SELECT 1 AS rank, 'QF303' AS sqlstate, 'fenceq: the job''s generation is exhausted' AS message
-     WHERE EXISTS (SELECT 1 FROM temp.fenceq_claim AS c WHERE c.generation >= 9223372036854775807)
-    UNION ALL SELECT 2, '22008', 'fenceq: the lease or budget ends after year 9999'
-     WHERE EXISTS (SELECT 1 FROM temp.fenceq_claim AS c
-                    WHERE c.lease > 253402300799999999 - c.now
-                       OR coalesce(:budget, 0) > 253402300799999999 - c.now)
-) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;
+         WHERE q.queue IN (SELECT a.value FROM json_each((SELECT d.doc FROM doc AS d)) AS a) AND NOT q.paused),
+     head AS (
+        SELECT h.seq, h.generation, coalesce(:lease, h.queue_lease) AS lease
+          FROM heads AS h
+         WHERE (SELECT e.error IS NULL FROM e)
+         ORDER BY h.priority DESC, h.run_at, h.seq
+         LIMIT 1),
+     decision(error, seq, generation, lease, now) AS (
+        SELECT coalesce(e.error, CASE
+                 WHEN h.generation >= 9223372036854775807
+                      THEN 'QF303 fenceq: the job''s generation is exhausted'
+                 WHEN h.seq IS NOT NULL AND (h.lease > 253402300799999999 - clock.now OR coalesce(:budget, 0) > 253402300799999999 - clock.now)
+                      THEN '22008 fenceq: the lease or budget ends after year 9999'
+                 END),
+               h.seq, h.generation, h.lease, clock.now
+          FROM clock JOIN e LEFT JOIN head AS h)
+INSERT OR REPLACE INTO temp.fenceq_claim_next (id, sqlstate, message, seq, generation, lease, now)
+SELECT 1, substr(x.error, 1, 5), substr(x.error, 7), CASE WHEN x.error IS NULL THEN x.seq END, x.generation, x.lease, x.now
+  FROM decision AS x;
 UPDATE fenceq__jobs
    SET status = 'claimed',
        attempts = attempts + 1,
        generation = c.generation + 1,
        owner_id = :owner_id,
-       claim_token = c.token,
+       claim_token = :claim_token,
        lease = c.lease,
        lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease ELSE min(c.now + c.lease, c.now + :budget) END,
        budget_expires_at = c.now + :budget,
        cancel_requested = 0,
        pid = NULL
-  FROM temp.fenceq_claim AS c
- WHERE fenceq__jobs.seq = c.seq AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+  FROM temp.fenceq_claim_next AS c
+ WHERE fenceq__jobs.seq = c.seq AND c.sqlstate IS NULL;
 -- Storage must keep exactly what was sent: anything that changed it rolls
--- the whole claim back.
-INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT 'QF302', 'fenceq: storage changed the claim identity'
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-   AND EXISTS (SELECT 1 FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
-                WHERE j.owner_id IS NOT :owner_id OR j.claim_token IS NOT c.token
-                   OR j.generation IS NOT c.generation + 1);
+-- the whole claim back (QF302, answered below), so the ledger row is only
+-- written for an intact claim.
 INSERT INTO fenceq__claims (claim_token, job_id, generation, owner_id, claimed_at)
-SELECT c.token, j.job_id, j.generation, :owner_id, c.now
-  FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
-       generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
-       checkpoints
-  FROM (
-    SELECT 0 AS ord, e.sqlstate, e.message, e.detail, NULL AS job_id, NULL AS queue, NULL AS task,
-           NULL AS payload, NULL AS priority, NULL AS attempt, NULL AS max_attempts, NULL AS owner_id,
-           NULL AS generation, NULL AS claim_token, NULL AS lease_expires_at, NULL AS budget_expires_at,
-           NULL AS cancel_requested, NULL AS submission_id, NULL AS checkpoints
-      FROM temp.fenceq_error AS e
-    UNION ALL
-    SELECT c.ord, NULL, NULL, NULL, j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts,
-           j.max_attempts, j.owner_id, j.generation, j.claim_token,
-           strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000),
-           strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000),
-           j.cancel_requested, j.submission_id,
-           (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k
-             WHERE k.job_id = j.job_id)
-      FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
-     WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
- ORDER BY ord;
+SELECT :claim_token, j.job_id, j.generation, :owner_id, c.now
+  FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE c.sqlstate IS NULL
+   AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;
+SELECT c.sqlstate, c.message, NULL AS detail, NULL AS job_id, NULL AS queue, NULL AS task,
+       NULL AS payload, NULL AS priority, NULL AS attempt, NULL AS max_attempts, NULL AS owner_id,
+       NULL AS generation, NULL AS claim_token, NULL AS lease_expires_at, NULL AS budget_expires_at,
+       NULL AS cancel_requested, NULL AS submission_id, NULL AS checkpoints
+  FROM temp.fenceq_claim_next AS c
+ WHERE c.sqlstate IS NOT NULL
+UNION ALL
+SELECT 'QF302', 'fenceq: storage changed the claim identity', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+  FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE c.sqlstate IS NULL
+   AND NOT (j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1)
+UNION ALL
+SELECT NULL, NULL, NULL, j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts,
+       j.max_attempts, j.owner_id, j.generation, j.claim_token,
+       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000),
+       strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000),
+       j.cancel_requested, j.submission_id,
+       (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k
+         WHERE k.job_id = j.job_id)
+  FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE c.sqlstate IS NULL
+   AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;

@@ -14,30 +14,33 @@
 -- failed (ROLLBACK, then raise that code with message and detail);
 -- otherwise sqlstate is NULL and the remaining columns are the result.
 -- COMMIT when it succeeded. See README.md for the types.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
-DELETE FROM temp.fenceq_error;
-INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT 'QF106', 'fenceq: the fence is malformed' WHERE NOT ((typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0) AND (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0) AND (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0) AND typeof(:generation) = 'integer' AND :generation >= 1);
-INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT sqlstate, message FROM (
-    SELECT 1 AS rank, 'QF103' AS sqlstate, 'fenceq: result must be finite JSON without \u0000' AS message
-     WHERE NOT (:result IS NULL OR (typeof(:result) = 'text' AND json_valid(:result) AND instr(replace(:result, '\\', ''), '\u0000') = 0))
-    UNION ALL SELECT 2, 'QF103', 'fenceq: result exceeds 1 MiB in canonical form' WHERE NOT (:result IS NULL OR length(CAST(:result AS BLOB)) <= 1048576)
-) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;
-CREATE TEMP TABLE IF NOT EXISTS fenceq_fence (
-    seq INTEGER, now INTEGER NOT NULL, live INTEGER NOT NULL, cancel_requested INTEGER);
-DELETE FROM temp.fenceq_fence;
--- The decision: the clock is read here, after BEGIN IMMEDIATE took the
--- write lock, and the same reading is used for the write below.
-INSERT INTO temp.fenceq_fence (seq, now, live, cancel_requested)
-SELECT j.seq, c.now, coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation AND j.claim_token = :claim_token AND j.lease_expires_at > c.now, 0), j.cancel_requested
-  FROM (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS c
-  LEFT JOIN fenceq__jobs AS j ON j.job_id = :job_id
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+--
+-- Two statements, no scratch table: the write is guarded by the checks
+-- (all of them functions of the parameters), and the answer repeats them
+-- and reads changes() of the write.
+-- The decision and the write: the clock is read once, inside this
+-- statement, after BEGIN IMMEDIATE took the write lock.
 UPDATE fenceq__jobs
-   SET status = 'completed', result = nullif(:result, 'null'), finished_at = f.now
-  FROM temp.fenceq_fence AS f
- WHERE fenceq__jobs.seq = f.seq AND f.live AND NOT f.cancel_requested AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-SELECT e.sqlstate, e.message, e.detail,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT f.live AND NOT f.cancel_requested FROM temp.fenceq_fence AS f) END AS value
-  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
+   SET status = 'completed', result = nullif(:result, 'null'),
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE job_id = :job_id AND status = 'claimed' AND owner_id = :owner_id AND generation = :generation
+   AND claim_token = :claim_token AND NOT cancel_requested
+   AND lease_expires_at > (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+   AND typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0
+   AND typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0
+   AND typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0
+   AND typeof(:generation) = 'integer' AND :generation >= 1
+   AND (:result IS NULL OR (typeof(:result) = 'text' AND json_valid(:result) AND instr(replace(:result, '\\', ''), '\u0000') = 0
+                            AND length(CAST(:result AS BLOB)) <= 1048576));
+-- The answer: the first failing check (in this order), else whether the
+-- write above happened.
+SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,
+       CASE WHEN e.error IS NULL THEN changes() > 0 END AS value
+  FROM (SELECT CASE
+        WHEN NOT ((typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0) AND (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0) AND (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0) AND typeof(:generation) = 'integer' AND :generation >= 1)
+             THEN 'QF106 fenceq: the fence is malformed'
+        WHEN NOT (:result IS NULL OR (typeof(:result) = 'text' AND json_valid(:result) AND instr(replace(:result, '\\', ''), '\u0000') = 0))
+             THEN 'QF103 fenceq: result must be finite JSON without \u0000'
+        WHEN NOT (:result IS NULL OR length(CAST(:result AS BLOB)) <= 1048576)
+             THEN 'QF103 fenceq: result exceeds 1 MiB in canonical form'
+        END AS error) AS e;

@@ -31,69 +31,78 @@
 -- §4), which is stored as sent; no fenceq_jobs or fenceq_control
 -- notification is sent; a generated job id is a random (version 4) UUID
 -- made from randomblob().
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
-DELETE FROM temp.fenceq_error;
-CREATE TEMP TABLE IF NOT EXISTS fenceq_submit (replay_job_id TEXT, job_id TEXT NOT NULL, now INTEGER NOT NULL);
-DELETE FROM temp.fenceq_submit;
-INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT sqlstate, message FROM (
-    SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
-     WHERE NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255 AND instr(CAST(:queue AS BLOB), x'00') = 0)
-    UNION ALL SELECT 2, 'QF102', 'fenceq: task must be 1 to 255 characters' WHERE NOT (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255 AND instr(CAST(:task AS BLOB), x'00') = 0)
-    UNION ALL SELECT 3, 'QF102', 'fenceq: submission_id must be 1 to 255 characters'
-     WHERE NOT (:submission_id IS NULL OR (typeof(:submission_id) = 'text' AND length(:submission_id) BETWEEN 1 AND 255 AND instr(CAST(:submission_id AS BLOB), x'00') = 0))
-    UNION ALL SELECT 4, 'QF102', 'fenceq: job_id must be 1 to 36 characters' WHERE NOT (:job_id IS NULL OR (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0))
-    UNION ALL SELECT 5, 'QF102', 'fenceq: active_key must be 1 to 255 characters'
-     WHERE NOT (:active_key IS NULL OR (typeof(:active_key) = 'text' AND length(:active_key) BETWEEN 1 AND 255 AND instr(CAST(:active_key AS BLOB), x'00') = 0))
-    UNION ALL SELECT 6, 'QF104', 'fenceq: max_attempts must be a positive integer' WHERE NOT (:max_attempts IS NULL OR (typeof(:max_attempts) = 'integer' AND :max_attempts BETWEEN 1 AND 2147483647))
-    UNION ALL SELECT 7, 'QF104', 'fenceq: priority must be a 32-bit integer' WHERE NOT (:priority IS NULL OR (typeof(:priority) = 'integer' AND :priority BETWEEN -2147483648 AND 2147483647))
-    UNION ALL SELECT 8, 'QF105', 'fenceq: run_at must be UTC text within years 0001-9999' WHERE NOT (:run_at IS NULL OR (typeof(:run_at) = 'text' AND length(:run_at) = 27 AND :run_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:run_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:run_at, 1, 19)), 'unixepoch') = substr(:run_at, 1, 19)))
-    UNION ALL SELECT 9, 'QF105', 'fenceq: expires_at must be UTC text within years 0001-9999'
-     WHERE NOT (:expires_at IS NULL OR (typeof(:expires_at) = 'text' AND length(:expires_at) = 27 AND :expires_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:expires_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:expires_at, 1, 19)), 'unixepoch') = substr(:expires_at, 1, 19)))
-    UNION ALL SELECT 10, 'QF103', 'fenceq: payload must be finite JSON without \u0000' WHERE NOT (:payload IS NULL OR (typeof(:payload) = 'text' AND json_valid(:payload) AND instr(replace(:payload, '\\', ''), '\u0000') = 0))
-    UNION ALL SELECT 11, 'QF103', 'fenceq: payload exceeds 1 MiB in canonical form' WHERE NOT (:payload IS NULL OR length(CAST(:payload AS BLOB)) <= 1048576)
-    UNION ALL SELECT 12, 'QF100', 'fenceq: force must be a boolean' WHERE NOT (:force IS NULL OR (typeof(:force) = 'integer' AND :force IN (0, 1)))
-    UNION ALL SELECT 13, 'QF100', 'fenceq: fingerprint must be fq1: and 64 lowercase hex digits'
-     WHERE :submission_id IS NOT NULL
-       AND NOT (typeof(:fingerprint) = 'text' AND length(:fingerprint) = 68 AND substr(:fingerprint, 1, 4) = 'fq1:'
-                AND substr(:fingerprint, 5) NOT GLOB '*[^0-9a-f]*')
-    UNION ALL SELECT 14, 'QF101', 'fenceq: unknown queue'
-     WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
-    UNION ALL SELECT 15, 'QF201', 'fenceq: the submission id is retained for a different request'
-     WHERE EXISTS (SELECT 1 FROM fenceq__submissions AS s
-                    WHERE s.submission_id = :submission_id AND s.fingerprint <> :fingerprint)
-    UNION ALL SELECT 16, 'QF203', 'fenceq: the job id is taken'
-     WHERE :job_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
-       AND (EXISTS (SELECT 1 FROM fenceq__jobs AS j WHERE j.job_id = :job_id)
-            OR EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.job_id = :job_id))
-    UNION ALL SELECT 17, 'QF202', 'fenceq: the active key is held by another active job'
-     WHERE :active_key IS NOT NULL AND NOT coalesce(:force, 0)
-       AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
-       AND EXISTS (SELECT 1 FROM fenceq__jobs AS j
-                    WHERE j.queue = :queue AND j.active_key = :active_key AND j.status IN ('pending', 'claimed'))
-) ORDER BY rank LIMIT 1;
--- The answer: a replayed job id, or the new job's id (randomblob is read
--- once, hence MATERIALIZED).
-WITH r(h, now) AS MATERIALIZED (SELECT lower(hex(randomblob(16))), (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
-INSERT INTO temp.fenceq_submit (replay_job_id, job_id, now)
-SELECT s.job_id,
+-- One scratch row per connection (temp.fenceq_submit_call, overwritten by
+-- each call): the first failing check in this order (sqlstate, message), a
+-- replayed job id, the new job's id and the clock reading. Every later
+-- statement is guarded by its sqlstate being NULL.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_call (
+    id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT, detail TEXT,
+    replay_job_id TEXT, job_id TEXT, now INTEGER NOT NULL);
+-- randomblob is read once, hence MATERIALIZED.
+WITH r(h, now) AS MATERIALIZED (SELECT lower(hex(randomblob(16))), (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+     e(error) AS (SELECT CASE
+        WHEN NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255 AND instr(CAST(:queue AS BLOB), x'00') = 0)
+             THEN 'QF102 fenceq: queue must be 1 to 255 characters'
+        WHEN NOT (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255 AND instr(CAST(:task AS BLOB), x'00') = 0)
+             THEN 'QF102 fenceq: task must be 1 to 255 characters'
+        WHEN NOT (:submission_id IS NULL OR (typeof(:submission_id) = 'text' AND length(:submission_id) BETWEEN 1 AND 255 AND instr(CAST(:submission_id AS BLOB), x'00') = 0))
+             THEN 'QF102 fenceq: submission_id must be 1 to 255 characters'
+        WHEN NOT (:job_id IS NULL OR (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0))
+             THEN 'QF102 fenceq: job_id must be 1 to 36 characters'
+        WHEN NOT (:active_key IS NULL OR (typeof(:active_key) = 'text' AND length(:active_key) BETWEEN 1 AND 255 AND instr(CAST(:active_key AS BLOB), x'00') = 0))
+             THEN 'QF102 fenceq: active_key must be 1 to 255 characters'
+        WHEN NOT (:max_attempts IS NULL OR (typeof(:max_attempts) = 'integer' AND :max_attempts BETWEEN 1 AND 2147483647))
+             THEN 'QF104 fenceq: max_attempts must be a positive integer'
+        WHEN NOT (:priority IS NULL OR (typeof(:priority) = 'integer' AND :priority BETWEEN -2147483648 AND 2147483647))
+             THEN 'QF104 fenceq: priority must be a 32-bit integer'
+        WHEN NOT (:run_at IS NULL OR (typeof(:run_at) = 'text' AND length(:run_at) = 27 AND :run_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:run_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:run_at, 1, 19)), 'unixepoch') = substr(:run_at, 1, 19)))
+             THEN 'QF105 fenceq: run_at must be UTC text within years 0001-9999'
+        WHEN NOT (:expires_at IS NULL OR (typeof(:expires_at) = 'text' AND length(:expires_at) = 27 AND :expires_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:expires_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:expires_at, 1, 19)), 'unixepoch') = substr(:expires_at, 1, 19)))
+             THEN 'QF105 fenceq: expires_at must be UTC text within years 0001-9999'
+        WHEN NOT (:payload IS NULL OR (typeof(:payload) = 'text' AND json_valid(:payload) AND instr(replace(:payload, '\\', ''), '\u0000') = 0))
+             THEN 'QF103 fenceq: payload must be finite JSON without \u0000'
+        WHEN NOT (:payload IS NULL OR length(CAST(:payload AS BLOB)) <= 1048576)
+             THEN 'QF103 fenceq: payload exceeds 1 MiB in canonical form'
+        WHEN NOT (:force IS NULL OR (typeof(:force) = 'integer' AND :force IN (0, 1)))
+             THEN 'QF100 fenceq: force must be a boolean'
+        WHEN :submission_id IS NOT NULL
+             AND NOT (typeof(:fingerprint) = 'text' AND length(:fingerprint) = 68 AND substr(:fingerprint, 1, 4) = 'fq1:'
+                      AND substr(:fingerprint, 5) NOT GLOB '*[^0-9a-f]*')
+             THEN 'QF100 fenceq: fingerprint must be fq1: and 64 lowercase hex digits'
+        WHEN NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
+             THEN 'QF101 fenceq: unknown queue'
+        WHEN EXISTS (SELECT 1 FROM fenceq__submissions AS s
+                      WHERE s.submission_id = :submission_id AND s.fingerprint <> :fingerprint)
+             THEN 'QF201 fenceq: the submission id is retained for a different request'
+        WHEN :job_id IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
+             AND (EXISTS (SELECT 1 FROM fenceq__jobs AS j WHERE j.job_id = :job_id)
+                  OR EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.job_id = :job_id))
+             THEN 'QF203 fenceq: the job id is taken'
+        WHEN :active_key IS NOT NULL AND NOT coalesce(:force, 0)
+             AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
+             AND EXISTS (SELECT 1 FROM fenceq__jobs AS j
+                          WHERE j.queue = :queue AND j.active_key = :active_key AND j.status IN ('pending', 'claimed'))
+             THEN 'QF202 fenceq: the active key is held by another active job'
+        END)
+INSERT OR REPLACE INTO temp.fenceq_submit_call (id, sqlstate, message, replay_job_id, job_id, now)
+SELECT 1, substr(e.error, 1, 5), substr(e.error, 7),
+       (SELECT s.job_id FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id),
        coalesce(:job_id, substr(r.h, 1, 8) || '-' || substr(r.h, 9, 4) || '-4' || substr(r.h, 14, 3) || '-'
                 || substr('89ab', (instr('0123456789abcdef', substr(r.h, 17, 1)) - 1) % 4 + 1, 1)
                 || substr(r.h, 18, 3) || '-' || substr(r.h, 21, 12)),
        r.now
-  FROM r LEFT JOIN fenceq__submissions AS s ON s.submission_id = :submission_id
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+  FROM r, e;
 INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, created_at)
 SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
-  FROM temp.fenceq_submit AS t
- WHERE :submission_id IS NOT NULL AND t.replay_job_id IS NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+  FROM temp.fenceq_submit_call AS t
+ WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 -- force: the predecessor holding the active key is cancelled; its fence dies.
 UPDATE fenceq__jobs
-   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit AS t)
- WHERE queue = :queue AND active_key = :active_key AND status IN ('pending', 'claimed')
-   AND coalesce(:force, 0) AND (SELECT t.replay_job_id IS NULL FROM temp.fenceq_submit AS t)
-   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t)
+ WHERE :active_key IS NOT NULL AND coalesce(:force, 0)
+   AND queue = :queue AND active_key = :active_key AND status IN ('pending', 'claimed')
+   AND (SELECT t.sqlstate IS NULL AND t.replay_job_id IS NULL FROM temp.fenceq_submit_call AS t);
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, max_attempts, run_at, expires_at,
                           submission_id, fingerprint, active_key, created_at)
 SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0),
@@ -101,8 +110,8 @@ SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0)
        coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000 + CAST(substr(:run_at, 21, 6) AS INTEGER)), t.now),
        (unixepoch(substr(:expires_at, 1, 19)) * 1000000 + CAST(substr(:expires_at, 21, 6) AS INTEGER)),
        :submission_id, CASE WHEN :submission_id IS NOT NULL THEN :fingerprint END, :active_key, t.now
-  FROM temp.fenceq_submit AS t JOIN fenceq__queues AS q ON q.queue = :queue
- WHERE t.replay_job_id IS NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-SELECT e.sqlstate, e.message, e.detail,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT coalesce(t.replay_job_id, t.job_id) FROM temp.fenceq_submit AS t) END AS value
-  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
+  FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
+ WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
+SELECT t.sqlstate, t.message, NULL AS detail,
+       CASE WHEN t.sqlstate IS NULL THEN coalesce(t.replay_job_id, t.job_id) END AS value
+  FROM temp.fenceq_submit_call AS t;
