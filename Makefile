@@ -29,6 +29,7 @@ bench: install
 	FENCEQ_PG_DURABLE=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
 	$(BIN)/python -m bench --url $(BENCH_PG_URL)
 	$(BIN)/python bench/worker_bench.py --url $(BENCH_PG_URL) --jobs 4000 --samples 200 --markdown docs/benchmarks.md
+	$(BIN)/python bench/sqlite_bench.py --jobs 2000 --markdown docs/benchmarks.md
 
 sql: install
 	$(BIN)/fenceq sql --backend postgres > build-fenceq-postgres.sql
