@@ -36,7 +36,6 @@ SCHEMA_VERSION = 1
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
-INT64_MAX = 2**63 - 1
 
 _TIMESTAMP_COLUMNS = frozenset({
     "run_at", "expires_at", "lease_expires_at", "budget_expires_at", "created_at", "finished_at",

@@ -38,6 +38,14 @@ def backend_of(url: str) -> str:
 class _Operations:
     """Every operation of CONTRACT §3, once for both clients."""
 
+    def __init__(self, backend: Any, url: str | None = None):
+        self._backend = backend
+        self.url = url
+
+    @property
+    def backend(self) -> str:
+        return self._backend.name
+
     def _call(self, op: ops.Op) -> Any:
         raise NotImplementedError
 
@@ -156,14 +164,6 @@ class _Operations:
 class Client(_Operations):
     """Synchronous client. Use ``fenceq.connect``."""
 
-    def __init__(self, backend: Any, url: str | None = None):
-        self._backend = backend
-        self.url = url
-
-    @property
-    def backend(self) -> str:
-        return self._backend.name
-
     def _call(self, op: ops.Op) -> Any:
         return self._backend.run(op)
 
@@ -188,14 +188,6 @@ class Client(_Operations):
 class AsyncClient(_Operations):
     """Asynchronous client: every method returns an awaitable. Use
     ``await fenceq.connect_async``."""
-
-    def __init__(self, backend: Any, url: str | None = None):
-        self._backend = backend
-        self.url = url
-
-    @property
-    def backend(self) -> str:
-        return self._backend.name
 
     async def _call(self, op: ops.Op) -> Any:
         return await self._backend.run(op)
