@@ -28,7 +28,9 @@ def test_sigkill_mid_job_ends_exactly_once_by_takeover(db, work_queue, trace_fil
 
         events = read_trace(trace_file)
         assert [(e["event"], e["gen"]) for e in events] == [("start", 1), ("start", 2), ("end", 2)]
-        assert b.find("reaped"), "b's reaper settled the lapsed claim"
+        # Each log line is written just after its commit: wait for it rather than race it.
+        assert b.wait_event("reaped"), "b's reaper settled the lapsed claim"
+        b.wait_event("completed", job_id=job_id)
         assert len(b.find("completed", job_id=job_id)) == 1
         b.signal(signal.SIGTERM)
         assert b.wait() == 0
@@ -46,7 +48,7 @@ def test_sigstop_past_lease_then_sigcont_writes_refused_and_handler_told(db, wor
         b = spawn_worker("b")
         done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j, timeout=15,
                         what="b takes the job over and completes it")
-        assert b.find("completed", job_id=job_id)
+        assert b.wait_event("completed", job_id=job_id)
         assert (done.generation, done.owner_id, done.result) == (2, "b", {"gen": 2})
         assert time.monotonic() - stopped_at > 1.0  # a's lease (1 s) lapsed while it was stopped
 
@@ -97,7 +99,7 @@ def test_cancel_round_trip(db, work_queue, trace_file, spawn_worker):
         elapsed = time.monotonic() - asked
         assert done.generation == 1 and done.lease_expires_at is None and done.pid is None
         assert [e["event"] for e in read_trace(trace_file)] == ["start", "saw_cancel"]
-        assert a.find("cancel_requested", job_id=job_id) and a.find("cancelled", job_id=job_id)
+        assert a.wait_event("cancel_requested", job_id=job_id) and a.wait_event("cancelled", job_id=job_id)
         assert elapsed < (1.0 if db.backend == "postgres" else 2.0)
         a.signal(signal.SIGTERM)
         assert a.wait() == 0
