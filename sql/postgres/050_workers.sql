@@ -103,26 +103,36 @@ DECLARE
     v_recorded integer;
     v_changed boolean;
     v_exhausted boolean;
+    v_used boolean;
 BEGIN
-    -- Fast path for the usual well-formed call (one expression); otherwise
-    -- the checks run one by one and name what is wrong.
+    -- Fast paths for the usual well-formed calls: one query-free expression
+    -- for a single claim, one expression for a batch numbered from 1.
+    -- Otherwise the checks run one by one and name what is wrong.
     IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
                     AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
                     AND length(_claim.owner_id) BETWEEN 1 AND 255
                     AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
-        PERFORM fenceq._check_names(_claim.queues, 'queues');
-        PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
-        PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
-        PERFORM fenceq._check_interval(_claim.lease, 'lease');
-        PERFORM fenceq._check_interval(_claim.budget, 'budget');
+        IF NOT coalesce(array_ndims(_claim.queues) = 1 AND array_lower(_claim.queues, 1) = 1
+                        AND cardinality(_claim.queues) <= 10000
+                        AND array_ndims(_claim.claim_tokens) = 1 AND array_lower(_claim.claim_tokens, 1) = 1
+                        AND v_count <= 10000 AND length(_claim.owner_id) BETWEEN 1 AND 255
+                        AND _claim.lease IS NULL AND _claim.budget IS NULL
+                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(_claim.queues) AS n(name))
+                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
+                               FROM unnest(_claim.claim_tokens) AS t(token)), false) THEN
+            PERFORM fenceq._check_names(_claim.queues, 'queues');
+            PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
+            PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
+            PERFORM fenceq._check_interval(_claim.lease, 'lease');
+            PERFORM fenceq._check_interval(_claim.budget, 'budget');
+            -- Below, element i is [i]: renumber arrays sent with other bounds.
+            _claim.queues := ARRAY(SELECT unnest(_claim.queues));
+            _claim.claim_tokens := ARRAY(SELECT unnest(_claim.claim_tokens));
+        END IF;
     END IF;
 
-    -- A used token is refused even when there is nothing to claim. One
-    -- primary-key probe per token (a cached plan over "= ANY" could stay a
-    -- sequential scan of the whole ledger).
-    IF (v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count)
-       OR EXISTS (SELECT 1 FROM unnest(_claim.claim_tokens) AS t(token)
-                   WHERE EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = t.token)) THEN
+    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
@@ -132,18 +142,17 @@ BEGIN
         IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF v_queue.paused THEN
-            RETURN;
+        IF NOT v_queue.paused THEN
+            SELECT array_agg(p.job_id ORDER BY p.ordinal) INTO v_picked FROM (
+                SELECT j.job_id, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT v_count
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
         END IF;
-        SELECT array_agg(p.job_id ORDER BY p.ordinal) INTO v_picked FROM (
-            SELECT j.job_id, row_number() OVER () AS ordinal FROM (
-                SELECT j.job_id
-                  FROM fenceq._jobs AS j
-                 WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
-                   AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                 ORDER BY j.priority DESC, j.run_at, j.seq
-                 LIMIT v_count
-                   FOR UPDATE SKIP LOCKED) AS j) AS p;
     ELSE
         SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
           INTO v_active, v_known
@@ -151,26 +160,38 @@ BEGIN
         IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF v_active IS NULL THEN
-            RETURN;
+        IF v_active IS NOT NULL THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) FROM (
+                    SELECT c.job_id, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                     ORDER BY c.priority DESC, c.run_at, c.seq
+                     LIMIT $2) AS c
+            $sql$ INTO v_picked USING v_active, v_count, v_now;
         END IF;
-        -- EXECUTE plans this statement for its actual values every time: a
-        -- generic plan of the per-queue merge can lose the ordered index scan.
-        EXECUTE $sql$
-            SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) FROM (
-                SELECT c.job_id, c.priority, c.run_at, c.seq
-                  FROM unnest($1::text[]) AS a(name)
-                 CROSS JOIN LATERAL (
-                    SELECT j.job_id, j.priority, j.run_at, j.seq
-                      FROM fenceq._jobs AS j
-                     WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
-                       AND (j.expires_at IS NULL OR j.expires_at > $3)
-                     ORDER BY j.priority DESC, j.run_at, j.seq
-                     LIMIT $2
-                       FOR UPDATE OF j SKIP LOCKED) AS c
-                 ORDER BY c.priority DESC, c.run_at, c.seq
-                 LIMIT $2) AS c
-        $sql$ INTO v_picked USING v_active, v_count, v_now;
+    END IF;
+
+    -- A used token is refused even when there is nothing to claim. Tokens
+    -- spent on picked jobs are checked by the ledger insert below (its
+    -- conflict rolls the claim back); the rest are looked up here. EXECUTE
+    -- plans the lookup for the ledger's size now: a cached plan made while
+    -- the ledger looked empty would scan all of it on every call.
+    IF coalesce(cardinality(v_picked), 0) < v_count THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY ($1))'
+           INTO v_used USING _claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count];
+        IF v_used THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
     END IF;
     IF v_picked IS NULL THEN
         RETURN;

@@ -1,0 +1,52 @@
+"""Plans that must not depend on how big a table was when a session first
+planned a statement (PostgreSQL). Hot functions cache generic plans; a plan
+made while the claim ledger looked empty must not scan the whole ledger on
+every later claim once it has grown."""
+
+from __future__ import annotations
+
+import psycopg
+
+import fenceq
+
+
+def _nested_plans(conn: psycopg.Connection, sql: str, params: tuple = ()) -> str:
+    """The plans of every statement ``sql`` runs inside fenceq (auto_explain)."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; "
+                 "SET auto_explain.log_level = notice; SET client_min_messages = notice")
+    conn.execute(sql, params).fetchall()
+    conn.execute("RESET auto_explain.log_min_duration; RESET client_min_messages")
+    return "\n".join(notices)
+
+
+def test_used_token_lookup_follows_the_ledger_as_it_grows(pg):
+    with pg.connect() as client:
+        client.create_queue("idle")
+        client.create_queue("busy")
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        admin.execute("VACUUM ANALYZE fenceq._claims")  # empty: plans made now expect no rows
+    claim_idle = "SELECT * FROM fenceq.claim_next(ARRAY['idle'], 'w', %s)"
+    with psycopg.connect(pg.url, autocommit=True) as worker:
+        for _ in range(3):  # this session plans its statements against the empty ledger
+            assert worker.execute(claim_idle, (fenceq.new_claim_token(),)).fetchall() == []
+        with pg.connect() as client:
+            client.submit_batch("busy", [{"task": "t"} for _ in range(3000)])
+            assert len(client.claim_batch(["busy"], "filler", [fenceq.new_claim_token()
+                                                                for _ in range(3000)])) == 3000
+        plans = _nested_plans(worker, claim_idle, (fenceq.new_claim_token(),))
+    assert "fenceq._claims" in plans, "the used-token lookup ran"
+    assert "Index Only Scan using _claims_pkey" in plans or "Index Scan using _claims_pkey" in plans, plans
+    assert "Seq Scan on _claims" not in plans, plans
+
+
+def test_claim_batch_renumbers_arrays_with_other_bounds(pg):
+    with pg.connect() as client:
+        client.create_queue("q")
+        client.submit_batch("q", [{"task": "a"}, {"task": "b"}])
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        rows = conn.execute("SELECT claim_token FROM fenceq.claim_batch('[5:5]={q}'::text[], 'w', "
+                            "'[0:1]={tok-a,tok-b}'::text[])").fetchall()
+    assert sorted(r[0] for r in rows) == ["tok-a", "tok-b"]
