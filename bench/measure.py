@@ -432,8 +432,10 @@ class Bench:
             facts["language"][name] = language
             facts["perform_helpers"][name] = len(re.findall(r"PERFORM\s+fenceq\._check_\w+", source))
             if name == "_claim":
+                # A ledger lookup with a cached plan; one EXECUTEd is planned per call.
+                static = re.sub(r"EXECUTE\s+('[^']*'|\$sql\$.*?\$sql\$)", "", source, flags=re.S)
                 facts["ledger_precheck"] = bool(re.search(
-                    r"FROM\s+fenceq\._claims\s+AS\s+\w+\s+WHERE\s+\w+\.claim_token\s*=\s*ANY", source))
+                    r"FROM\s+fenceq\._claims\s+AS\s+\w+\s+WHERE\s+\w+\.claim_token\s*=", static))
             if name == "complete_batch":
                 facts["complete_batch_loops"] = "fenceq.complete(" in source
         self.results["code"] = facts

@@ -1,11 +1,12 @@
 """Plans that must not depend on how big a table was when a session first
 planned a statement (PostgreSQL). Hot functions cache generic plans; a plan
-made while the claim ledger looked empty must not scan the whole ledger on
-every later claim once it has grown."""
+made while a table looked empty must not scan the whole table on every
+later call once it has grown."""
 
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 import fenceq
 
@@ -40,6 +41,38 @@ def test_used_token_lookup_follows_the_ledger_as_it_grows(pg):
     assert "fenceq._claims" in plans, "the used-token lookup ran"
     assert "Index Only Scan using _claims_pkey" in plans or "Index Scan using _claims_pkey" in plans, plans
     assert "Seq Scan on _claims" not in plans, plans
+
+
+FENCE = "'no-such-job', 'w', 1, 'no-such-token'"
+PLANNED_WHILE_EMPTY = {
+    "claim_next": ("SELECT * FROM fenceq.claim_next(ARRAY['busy'], 'w', %s)", lambda: (fenceq.new_claim_token(),)),
+    "complete": (f"SELECT fenceq.complete({FENCE})", tuple),
+    "heartbeat": (f"SELECT fenceq.heartbeat({FENCE})", tuple),
+    "complete_batch": ("SELECT fenceq.complete_batch('{no-such-job}', '{w}', '{1}', '{no-such-token}')", tuple),
+    "owned submit": ("SELECT fenceq.submit('other', 't', submission_id => %s)", lambda: (fenceq.new_claim_token(),)),
+}
+
+
+@pytest.mark.parametrize("call", sorted(PLANNED_WHILE_EMPTY))
+def test_plans_made_while_tables_were_empty_use_indexes_once_they_grow(pg, call):
+    sql, params = PLANNED_WHILE_EMPTY[call]
+    with pg.connect() as client:
+        client.create_queue("busy")
+        client.create_queue("other")
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        for table in ("_jobs", "_claims", "_submissions"):
+            admin.execute(f"VACUUM ANALYZE fenceq.{table}")  # empty: the planner expects no rows
+    with psycopg.connect(pg.url, autocommit=True) as session:
+        for _ in range(3):  # this session plans its statements against the empty tables
+            session.execute(sql, params()).fetchall()
+        with pg.connect() as client:
+            client.submit_batch("busy", [{"task": "t"} for _ in range(3000)])
+            for n in range(300):
+                client.submit("other", "t", submission_id=f"s-{n}")
+        plans = _nested_plans(session, sql, params())
+    assert "Index" in plans, plans
+    for table in ("_jobs", "_claims", "_submissions"):
+        assert f"Seq Scan on {table}" not in plans, plans
 
 
 def test_claim_batch_renumbers_arrays_with_other_bounds(pg):

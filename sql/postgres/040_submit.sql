@@ -1,4 +1,6 @@
 -- fenceq for PostgreSQL, part 4: producers (submit, submit_batch).
+-- Like the hot functions of part 5, _submit and submit_batch pin
+-- plan_cache_mode = force_generic_plan and enable_seqscan = off (why: part 5).
 
 -- _submit: the body of submit, shared by submit_batch.
 --
@@ -25,6 +27,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -306,6 +309,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -183,11 +183,13 @@ BEGIN
     detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
     RETURN NEXT;
 
+    -- Planner settings the functions pin for their own plans (see part 5)
+    -- are allowed beside the search_path, and nothing else.
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq'
        AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
-                  WHERE c.setting <> 'plan_cache_mode=force_generic_plan')
+                  WHERE c.setting NOT IN ('plan_cache_mode=force_generic_plan', 'enable_seqscan=off'))
            IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
     check_name := 'pinned_search_path'; ok := v_bad IS NULL;
     detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');

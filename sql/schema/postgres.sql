@@ -304,6 +304,7 @@ CREATE FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[],
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $_$
 #variable_conflict use_column
 DECLARE
@@ -711,6 +712,7 @@ CREATE FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint,
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     v_job fenceq._jobs;
@@ -845,6 +847,7 @@ CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -988,6 +991,7 @@ COMMENT ON FUNCTION fenceq._utc_text(value timestamp with time zone) IS 'Private
 CREATE FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1047,6 +1051,7 @@ COMMENT ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts 
 CREATE FUNCTION fenceq.cancel(job_id text, force boolean DEFAULT false) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1084,6 +1089,7 @@ CREATE FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint,
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1155,6 +1161,7 @@ COMMENT ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token 
 CREATE FUNCTION fenceq.claim_state(job_id text, owner_id text, generation bigint, claim_token text) RETURNS TABLE(cancel_requested boolean, pid integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1176,6 +1183,7 @@ CREATE FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, c
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1206,6 +1214,7 @@ CREATE FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generati
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1306,6 +1315,7 @@ COMMENT ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts
 CREATE FUNCTION fenceq.discard_dead_letter(dlq_id text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $_$
 #variable_conflict use_column
 BEGIN
@@ -1327,6 +1337,7 @@ CREATE FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1388,6 +1399,7 @@ COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
 CREATE FUNCTION fenceq.get_job(job_id text) RETURNS SETOF fenceq.jobs
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -1404,6 +1416,7 @@ CREATE FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, 
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1434,6 +1447,7 @@ CREATE FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generat
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1600,6 +1614,7 @@ COMMENT ON FUNCTION fenceq.reap(max_rows integer) IS 'Settle expired claims (can
 CREATE FUNCTION fenceq.recover_claim(owner_id text, claim_token text) RETURNS SETOF fenceq.claim
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1629,6 +1644,7 @@ CREATE FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, cl
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1663,6 +1679,7 @@ COMMENT ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint
 CREATE FUNCTION fenceq.replay_dead_letter(dlq_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $_$
 #variable_conflict use_column
 DECLARE
@@ -1724,6 +1741,7 @@ COMMENT ON FUNCTION fenceq.resume_queue(queue text) IS 'Resume claims from a pau
 CREATE FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1778,6 +1796,7 @@ CREATE FUNCTION fenceq.submit_batch(queue text, requests jsonb) RETURNS text[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -2014,11 +2033,13 @@ BEGIN
     detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
     RETURN NEXT;
 
+    -- Planner settings the functions pin for their own plans (see part 5)
+    -- are allowed beside the search_path, and nothing else.
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq'
        AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
-                  WHERE c.setting <> 'plan_cache_mode=force_generic_plan')
+                  WHERE c.setting NOT IN ('plan_cache_mode=force_generic_plan', 'enable_seqscan=off'))
            IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
     check_name := 'pinned_search_path'; ok := v_bad IS NULL;
     detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');
