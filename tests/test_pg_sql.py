@@ -45,6 +45,12 @@ BAD_CALLS = [
     ("SELECT fenceq.submit_batch('q', '[1]')", "QF100"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"queue\": \"q\"}]')", "QF100"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": 1}]')", "QF102"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, {\"task\": \"\"}]')", "QF102"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, {\"task\": null}]')", "QF102"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, {\"payload\": 1}]')", "QF102"),
+    ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, null]')", "QF100"),
+    ("SELECT fenceq.submit_batch('q', jsonb_build_array(jsonb_build_object('task', 't', "
+     "'payload', repeat('x', 1048577))))", "QF103"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"priority\": 1.5}]')", "QF104"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"priority\": true}]')", "QF104"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"max_attempts\": 4294967296}]')", "QF104"),

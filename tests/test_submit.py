@@ -137,6 +137,29 @@ def test_submit_batch_returns_ids_in_order(client, queue):
     assert [client.get_job(i).task for i in ids] == ["a", "b", "c"]
 
 
+def test_plain_submit_batch_stores_what_submit_would(client, queue):
+    """Plain requests (task and payload only) take one INSERT on PostgreSQL;
+    the rows must be those submit would write, claimed in input order."""
+    client.create_queue("plain", max_attempts=7)
+    ids = client.submit_batch("plain", [{"task": "a", "payload": {"n": 1}}, {"task": "b", "payload": None},
+                                        {"task": "c"}])
+    single = client.get_job(client.submit("plain", "d", {"n": 1}))
+    jobs = [client.get_job(i) for i in ids]
+    assert [(j.task, j.payload) for j in jobs] == [("a", {"n": 1}), ("b", None), ("c", None)]
+    for job in jobs:
+        assert (job.status, job.priority, job.max_attempts, job.attempts, job.generation, job.submission_id) == \
+            (single.status, single.priority, single.max_attempts, 0, 0, None) == ("pending", 0, 7, 0, 0, None)
+    claimed = [client.claim_next(["plain"], "w", fenceq.new_claim_token()).job_id for _ in range(4)]
+    assert claimed == ids + [single.job_id]
+
+
+def test_plain_submit_batch_with_a_bad_element_names_it_and_stores_nothing(client, queue):
+    with raises_code("QF102") as info:
+        client.submit_batch(queue, [{"task": "a"}, {"task": "x" * 256}, {"task": "c"}])
+    assert "index 1" in str(info.value)
+    assert [s.pending for s in client.stats()] == [0]
+
+
 def test_submit_batch_repeats_inside_one_batch(client, queue):
     ids = client.submit_batch(queue, [{"task": "a", "submission_id": "s"}, {"task": "a", "submission_id": "s"}])
     assert ids[0] == ids[1]
