@@ -424,18 +424,18 @@ class Bench:
         """What the installed functions look like (the SQL changes; the
         report's explanations use these facts, not assumptions)."""
         rows = self.conn.execute(
-            "SELECT p.proname, l.lanname, p.prosrc FROM pg_proc AS p "
+            "SELECT p.proname, l.lanname, p.prosrc, p.proconfig FROM pg_proc AS p "
             "JOIN pg_namespace AS n ON n.oid = p.pronamespace JOIN pg_language AS l ON l.oid = p.prolang "
             "WHERE n.nspname = 'fenceq' AND p.proname = ANY (%s)", (self.HOT_FUNCTIONS,)).fetchall()
         facts: dict[str, Any] = {"language": {}, "perform_helpers": {}}
-        for name, language, source in rows:
+        for name, language, source, config in rows:
             facts["language"][name] = language
             facts["perform_helpers"][name] = len(re.findall(r"PERFORM\s+fenceq\._check_\w+", source))
             if name == "_claim":
-                # A ledger lookup with a cached plan; one EXECUTEd is planned per call.
-                static = re.sub(r"EXECUTE\s+('[^']*'|\$sql\$.*?\$sql\$)", "", source, flags=re.S)
-                facts["ledger_precheck"] = bool(re.search(
-                    r"FROM\s+fenceq\._claims\s+AS\s+\w+\s+WHERE\s+\w+\.claim_token\s*=", static))
+                # A ledger lookup whose cached plan may be a sequential scan
+                # (not when the function rules sequential scans out).
+                facts["ledger_precheck"] = "enable_seqscan=off" not in (config or []) and bool(re.search(
+                    r"FROM\s+fenceq\._claims\s+AS\s+\w+\s+WHERE\s+\w+\.claim_token\s*=", source))
             if name == "complete_batch":
                 facts["complete_batch_loops"] = "fenceq.complete(" in source
         self.results["code"] = facts

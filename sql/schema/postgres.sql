@@ -318,7 +318,6 @@ DECLARE
     v_recorded integer;
     v_changed boolean;
     v_exhausted boolean;
-    v_used boolean;
 BEGIN
     -- Fast paths for the usual well-formed calls: one query-free expression
     -- for a single claim, one expression for a batch numbered from 1.
@@ -398,15 +397,11 @@ BEGIN
 
     -- A used token is refused even when there is nothing to claim. Tokens
     -- spent on picked jobs are checked by the ledger insert below (its
-    -- conflict rolls the claim back); the rest are looked up here. EXECUTE
-    -- plans the lookup for the ledger's size now: a cached plan made while
-    -- the ledger looked empty would scan all of it on every call.
-    IF coalesce(cardinality(v_picked), 0) < v_count THEN
-        EXECUTE 'SELECT EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = ANY ($1))'
-           INTO v_used USING _claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count];
-        IF v_used THEN
-            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-        END IF;
+    -- conflict rolls the claim back); only the rest are looked up here.
+    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
+        SELECT 1 FROM fenceq._claims AS c
+         WHERE c.claim_token = ANY (_claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
     IF v_picked IS NULL THEN
         RETURN;
