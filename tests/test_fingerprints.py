@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import fenceq
 from fenceq.canonical import canonical_json, fingerprint
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_fingerprints.json").read_text())
@@ -41,3 +42,28 @@ def test_canonical_json_spelling():
         '{"B":10000000000000000,"a":[1.5,null,true],"b":1,"é":"\\n"}'
     assert canonical_json(-0.0) == "0.0"
     assert canonical_json("\x01\x7f\u2028") == '"\\u0001\x7f\u2028"'
+
+
+def _nested(depth: int) -> object:
+    value: object = {"leaf": 1}  # one container
+    for level in range(depth - 1):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_json_nested_128_deep_is_fingerprinted_and_129_is_refused(client, queue):
+    """The depth bound keeps every canonicaliser (client, PostgreSQL) far
+    from its recursion limit; PostgreSQL's _fingerprint agrees at the bound."""
+    deepest = _nested(128)
+    job_id = client.submit(queue, "t", deepest, submission_id="deep")
+    job = client.get_job(job_id)
+    assert job.payload == deepest
+    assert job.fingerprint == fingerprint(queue=queue, task="t", payload=deepest, submission_id="deep",
+                                          job_id=None, priority=None, run_at=None, expires_at=None,
+                                          max_attempts=None, active_key=None, force=False)
+    for call in (lambda: client.submit(queue, "t", _nested(129), submission_id="deeper"),
+                 lambda: client.submit_batch(queue, [{"task": "t", "payload": _nested(129)}])):
+        with pytest.raises(fenceq.ConfigError) as info:
+            call()
+        assert info.value.sqlstate == "QF103"
+    assert [s.pending for s in client.stats()] == [1]

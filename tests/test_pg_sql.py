@@ -45,6 +45,12 @@ BAD_CALLS = [
     ("SELECT fenceq.submit_batch('q', '[1]')", "QF100"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\", \"queue\": \"q\"}]')", "QF100"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": 1}]')", "QF102"),
+    ("SELECT fenceq.submit('q', 't', payload => (repeat('[', 129) || repeat(']', 129))::jsonb, "
+     "submission_id => 'deep')", "QF103"),
+    ("SELECT fenceq.submit_batch('q', jsonb_build_array(jsonb_build_object('task', 't', "
+     "'payload', (repeat('[', 129) || repeat(']', 129))::jsonb)))", "QF103"),
+    (f"SELECT fenceq.complete({FENCE}, (repeat('{{\"a\":', 129) || '1' || repeat('}}', 129))::jsonb)",
+     "QF103"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, {\"task\": \"\"}]')", "QF102"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, {\"task\": null}]')", "QF102"),
     ("SELECT fenceq.submit_batch('q', '[{\"task\": \"t\"}, {\"payload\": 1}]')", "QF102"),
@@ -172,13 +178,19 @@ def test_storage_that_changes_the_claim_identity_rolls_the_claim_back(seeded):
         assert {c.check_name: c.ok for c in client.verify_schema()}["no_triggers"] is False
 
 
-def test_generation_exhausted(seeded):
+@pytest.mark.parametrize("queues", [["q"], ["q", "other"]])
+def test_generation_exhausted_only_past_the_largest(seeded, queues):
     with seeded.connect() as client:
+        client.create_queue("other")
         job_id = client.submit("q", "t3", priority=9)
-        seeded.sql("UPDATE fenceq._jobs SET generation = 9223372036854775807 WHERE job_id = %s", (job_id,))
+        seeded.sql("UPDATE fenceq._jobs SET generation = 9223372036854775806 WHERE job_id = %s", (job_id,))
+        last = client.claim_next(queues, "w", fenceq.new_claim_token())
+        assert (last.job_id, last.generation) == (job_id, 9223372036854775807)
+        assert client.release(last.fence)
         with pytest.raises(fenceq.ClaimConflict) as info:
-            client.claim_next(["q"], "w", fenceq.new_claim_token())
+            client.claim_next(queues, "w", fenceq.new_claim_token())
         assert info.value.sqlstate == "QF303"
+        assert client.get_job(job_id).status == "pending", "the refused claim changed nothing"
 
 
 def _notifications(conn: psycopg.Connection) -> list[tuple[str, str]]:

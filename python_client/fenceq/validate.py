@@ -18,6 +18,7 @@ from .errors import config_error
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_JSON_BYTES = 1024 * 1024
+MAX_JSON_DEPTH = 128  # containers nested in one another (the server checks the same)
 MAX_BATCH = 10_000
 MAX_ERROR_CHARS = 65_536
 _MIN_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
@@ -134,8 +135,8 @@ def json_value(value: Any, what: str) -> str:
 
 
 def _check_json(value: Any, what: str, depth: int) -> None:
-    if depth > 1000:
-        raise config_error("QF103", f"{what} is nested too deeply")
+    if depth >= MAX_JSON_DEPTH and isinstance(value, (list, tuple, dict)):
+        raise config_error("QF103", f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
     if value is None or isinstance(value, (bool, int)):
         return
     if isinstance(value, float):

@@ -197,8 +197,11 @@ COMMENT ON FUNCTION fenceq._canonical_json(jsonb) IS
     'Private. Canonical JSON text (sorted keys by code point, compact separators) used for fingerprints and size limits.';
 
 -- _check_json: finite JSON (jsonb already refuses NaN, Infinity and \u0000)
--- of at most 1 MiB of UTF-8 in canonical form. jsonb's own text is never
--- shorter than the canonical form, so it is a cheap first test.
+-- nested at most 128 containers deep, of at most 1 MiB of UTF-8 in
+-- canonical form. The depth bound keeps _canonical_json (one recursion per
+-- level) far from the stack limit, and the client checks the same bound.
+-- jsonb's own text is never shorter than the canonical form, so it is a
+-- cheap first test of the size.
 CREATE OR REPLACE FUNCTION fenceq._check_json(value jsonb, what text)
 RETURNS void
 LANGUAGE plpgsql
@@ -206,6 +209,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
+    IF jsonb_path_exists(_check_json.value,
+                         'strict $.**{128} ? (@.type() == "object" || @.type() == "array")') THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' is nested more than 128 levels deep');
+    END IF;
     IF _check_json.value IS NOT NULL
        AND octet_length(_check_json.value::text) > 1048576
        AND octet_length(fenceq._canonical_json(_check_json.value)) > 1048576 THEN
@@ -214,7 +221,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
-    'Private. Refuse (QF103) JSON larger than 1 MiB in canonical form.';
+    'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
 
 -- _utc_text: a timestamp as UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ', or NULL.
 CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)

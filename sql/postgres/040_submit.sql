@@ -342,7 +342,9 @@ BEGIN
                 AND (r.value - 'task' - 'payload') = '{}'::jsonb
                 AND jsonb_typeof(r.value -> 'task') = 'string'
                 AND length(r.value ->> 'task') BETWEEN 1 AND 255
-                AND coalesce(octet_length((r.value -> 'payload')::text) <= 1048576, true), false)), true)
+                AND coalesce(octet_length((r.value -> 'payload')::text) <= 1048576, true)
+                AND NOT jsonb_path_exists(r.value -> 'payload',
+                    'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
         v_now := clock_timestamp();
         v_ids := ARRAY(SELECT gen_random_uuid()::text

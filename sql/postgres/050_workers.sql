@@ -150,9 +150,10 @@ BEGIN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
         IF NOT v_queue.paused THEN
-            SELECT array_agg(p.job_id ORDER BY p.ordinal) INTO v_picked FROM (
-                SELECT j.job_id, row_number() OVER () AS ordinal FROM (
-                    SELECT j.job_id
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO v_picked, v_exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
                       FROM fenceq._jobs AS j
                      WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
                        AND (j.expires_at IS NULL OR j.expires_at > v_now)
@@ -171,11 +172,12 @@ BEGIN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
             EXECUTE $sql$
-                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) FROM (
-                    SELECT c.job_id, c.priority, c.run_at, c.seq
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
                       FROM unnest($1::text[]) AS a(name)
                      CROSS JOIN LATERAL (
-                        SELECT j.job_id, j.priority, j.run_at, j.seq
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
                           FROM fenceq._jobs AS j
                          WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
                            AND (j.expires_at IS NULL OR j.expires_at > $3)
@@ -184,7 +186,7 @@ BEGIN
                            FOR UPDATE OF j SKIP LOCKED) AS c
                      ORDER BY c.priority DESC, c.run_at, c.seq
                      LIMIT $2) AS c
-            $sql$ INTO v_picked USING v_active, v_count, v_now;
+            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
         END IF;
     END IF;
 
@@ -199,6 +201,10 @@ BEGIN
     IF v_picked IS NULL THEN
         RETURN;
     END IF;
+    -- A picked job already at the largest generation cannot be claimed again.
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
     v_now := clock_timestamp();  -- read after the picked rows are locked
 
     -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
@@ -210,8 +216,7 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'claimed',
                attempts = j.attempts + 1,
-               generation = CASE WHEN j.generation < 9223372036854775807 THEN j.generation + 1
-                                 ELSE j.generation END,
+               generation = j.generation + 1,
                owner_id = _claim.owner_id,
                claim_token = p.token,
                lease = coalesce(_claim.lease, q.lease),
@@ -221,8 +226,7 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token,
-                  j.generation = 9223372036854775807 AS exhausted),
+        RETURNING j.*, p.ordinal, p.token AS sent_token),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
@@ -235,13 +239,9 @@ BEGIN
                          CASE WHEN c.generation = 1 THEN '{}'::jsonb
                               ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
            (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
-           bool_or(c.exhausted)
-      INTO v_claims, v_recorded, v_changed, v_exhausted
+           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+      INTO v_claims, v_recorded, v_changed
       FROM claimed AS c;
-    IF v_exhausted THEN
-        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
-    END IF;
     IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
         PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
     END IF;

@@ -182,19 +182,23 @@ COMMENT ON FUNCTION fenceq._check_interval(value interval, what text, allow_zero
 CREATE FUNCTION fenceq._check_json(value jsonb, what text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$
+    AS $_$
 BEGIN
+    IF jsonb_path_exists(_check_json.value,
+                         'strict $.**{128} ? (@.type() == "object" || @.type() == "array")') THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' is nested more than 128 levels deep');
+    END IF;
     IF _check_json.value IS NOT NULL
        AND octet_length(_check_json.value::text) > 1048576
        AND octet_length(fenceq._canonical_json(_check_json.value)) > 1048576 THEN
         PERFORM fenceq._raise('QF103', _check_json.what || ' exceeds 1 MiB in canonical form');
     END IF;
 END
-$$;
+$_$;
 
 ALTER FUNCTION fenceq._check_json(value jsonb, what text) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._check_json(value jsonb, what text) IS 'Private. Refuse (QF103) JSON larger than 1 MiB in canonical form.';
+COMMENT ON FUNCTION fenceq._check_json(value jsonb, what text) IS 'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
 
 CREATE FUNCTION fenceq._check_name(value text, what text, max_length integer DEFAULT 255, nullable boolean DEFAULT false, code text DEFAULT 'QF102'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -357,9 +361,10 @@ BEGIN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
         IF NOT v_queue.paused THEN
-            SELECT array_agg(p.job_id ORDER BY p.ordinal) INTO v_picked FROM (
-                SELECT j.job_id, row_number() OVER () AS ordinal FROM (
-                    SELECT j.job_id
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO v_picked, v_exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
                       FROM fenceq._jobs AS j
                      WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
                        AND (j.expires_at IS NULL OR j.expires_at > v_now)
@@ -378,11 +383,12 @@ BEGIN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
             EXECUTE $sql$
-                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq) FROM (
-                    SELECT c.job_id, c.priority, c.run_at, c.seq
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
                       FROM unnest($1::text[]) AS a(name)
                      CROSS JOIN LATERAL (
-                        SELECT j.job_id, j.priority, j.run_at, j.seq
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
                           FROM fenceq._jobs AS j
                          WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
                            AND (j.expires_at IS NULL OR j.expires_at > $3)
@@ -391,7 +397,7 @@ BEGIN
                            FOR UPDATE OF j SKIP LOCKED) AS c
                      ORDER BY c.priority DESC, c.run_at, c.seq
                      LIMIT $2) AS c
-            $sql$ INTO v_picked USING v_active, v_count, v_now;
+            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
         END IF;
     END IF;
 
@@ -406,6 +412,10 @@ BEGIN
     IF v_picked IS NULL THEN
         RETURN;
     END IF;
+    -- A picked job already at the largest generation cannot be claimed again.
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
     v_now := clock_timestamp();  -- read after the picked rows are locked
 
     -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
@@ -417,8 +427,7 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'claimed',
                attempts = j.attempts + 1,
-               generation = CASE WHEN j.generation < 9223372036854775807 THEN j.generation + 1
-                                 ELSE j.generation END,
+               generation = j.generation + 1,
                owner_id = _claim.owner_id,
                claim_token = p.token,
                lease = coalesce(_claim.lease, q.lease),
@@ -428,8 +437,7 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token,
-                  j.generation = 9223372036854775807 AS exhausted),
+        RETURNING j.*, p.ordinal, p.token AS sent_token),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
@@ -442,13 +450,9 @@ BEGIN
                          CASE WHEN c.generation = 1 THEN '{}'::jsonb
                               ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
            (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
-           bool_or(c.exhausted)
-      INTO v_claims, v_recorded, v_changed, v_exhausted
+           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+      INTO v_claims, v_recorded, v_changed
       FROM claimed AS c;
-    IF v_exhausted THEN
-        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
-    END IF;
     IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
         PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
     END IF;
@@ -1792,7 +1796,7 @@ CREATE FUNCTION fenceq.submit_batch(queue text, requests jsonb) RETURNS text[]
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
-    AS $$
+    AS $_$
 #variable_conflict use_column
 DECLARE
     v_ids text[] := '{}';
@@ -1822,7 +1826,9 @@ BEGIN
                 AND (r.value - 'task' - 'payload') = '{}'::jsonb
                 AND jsonb_typeof(r.value -> 'task') = 'string'
                 AND length(r.value ->> 'task') BETWEEN 1 AND 255
-                AND coalesce(octet_length((r.value -> 'payload')::text) <= 1048576, true), false)), true)
+                AND coalesce(octet_length((r.value -> 'payload')::text) <= 1048576, true)
+                AND NOT jsonb_path_exists(r.value -> 'payload',
+                    'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
         v_now := clock_timestamp();
         v_ids := ARRAY(SELECT gen_random_uuid()::text
@@ -1876,7 +1882,7 @@ BEGIN
     PERFORM set_config('fenceq.batch_index', '', true);
     RETURN v_ids;
 END
-$$;
+$_$;
 
 ALTER FUNCTION fenceq.submit_batch(queue text, requests jsonb) OWNER TO fenceq_owner;
 
