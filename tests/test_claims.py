@@ -1,5 +1,6 @@
 """Workers: claims, fences and fenced writes (CONTRACT §1, §3)."""
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import fenceq
@@ -127,6 +128,7 @@ def test_heartbeat_renews_and_expired_lease_refuses_writes(client, queue):
     client.alter_queue(queue, backoff_base=timedelta(0))
     client.submit(queue, "t")
     c = claim(client, queue, lease=timedelta(seconds=1))
+    time.sleep(0.01)  # past the claim's clock reading, even on SQLite's millisecond clock
     assert client.heartbeat(c.fence, lease=timedelta(seconds=1)) is True
     renewed = client.get_job(c.job_id).lease_expires_at
     assert renewed > c.lease_expires_at
@@ -253,6 +255,7 @@ def test_release_with_run_at_snoozes(client, queue):
 def test_checkpoint_records_once_and_survives_reclaims(client, queue):
     client.submit(queue, "t")
     c = claim(client, queue, lease=timedelta(seconds=5))
+    time.sleep(0.01)  # past the claim's clock reading, even on SQLite's millisecond clock
     assert client.checkpoint(c.fence, "download", {"bytes": 10}) == {"bytes": 10}
     assert client.checkpoint(c.fence, "download", {"bytes": 99}) == {"bytes": 10}
     assert client.get_job(c.job_id).lease_expires_at > c.lease_expires_at  # renewed
