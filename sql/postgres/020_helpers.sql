@@ -363,10 +363,11 @@ COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
 -- with it in one expression and leave anything else to _check_interval,
 -- which names the problem.
 -- Deliberately a plain SQL function: not SECURITY DEFINER and with no SET
--- clause, so the planner inlines it into the calling statement at no cost.
--- It reads no table and runs inside a caller that pins search_path, and its
--- body names only pg_catalog operators; verify_schema allows exactly this
--- shape for private helpers and nothing looser.
+-- clause, so the planner inlines it into the calling statement at no cost
+-- (a nested PL/pgSQL call would cost more than the check). Such helpers
+-- read no table, run only inside callers that pin search_path, and are
+-- granted to no role; verify_schema allows exactly this shape for private
+-- helpers and nothing looser.
 CREATE OR REPLACE FUNCTION fenceq._is_plain_duration(value interval)
 RETURNS boolean
 LANGUAGE sql
@@ -409,3 +410,49 @@ RETURN value IS NULL
         AND pg_catalog.octet_length(value::text) <= 1048576);
 COMMENT ON FUNCTION fenceq._is_plain_json(jsonb) IS
     'Private, inlined. True for NULL or JSON under the depth and size bounds by a cheap measure.';
+
+-- _new_job_id: a generated job id, a version 7 UUID (RFC 9562): 48 bits of
+-- Unix milliseconds, then random bits. Ids made close in time sort close,
+-- so the job table's primary key grows at its right edge instead of
+-- touching a random leaf (and writing a full-page image of it after each
+-- checkpoint) for every insert and every non-HOT update. Inlined, as
+-- _is_plain_duration is (volatile, as its body is).
+CREATE OR REPLACE FUNCTION fenceq._new_job_id()
+RETURNS text
+LANGUAGE sql
+VOLATILE
+RETURN encode(set_bit(set_bit(
+           overlay(uuid_send(gen_random_uuid())
+                   PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                   FROM 1 FOR 6),
+           52, 1), 53, 1), 'hex')::uuid::text;
+COMMENT ON FUNCTION fenceq._new_job_id() IS
+    'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
+
+-- _is_plain_time: whether a timestamp needs no closer look: NULL, or within
+-- years 0001-9999 UTC (infinity is not). _check_time names what is wrong.
+-- Inlined, as _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_time(value timestamptz)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (value >= timestamptz '0001-01-01 00:00:00+00' AND value < timestamptz '10000-01-01 00:00:00+00');
+COMMENT ON FUNCTION fenceq._is_plain_time(timestamptz) IS
+    'Private, inlined. True for NULL or a timestamp within years 0001-9999 UTC.';
+
+-- _is_plain_json_int: whether a submit_batch field needs no closer look:
+-- absent, JSON null, or a JSON integer from min to 2^31-1. _json_int names
+-- what is wrong. Inlined, as _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_json_int(value jsonb, min integer)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE jsonb_typeof(value)
+           WHEN 'number' THEN (value #>> '{}')::numeric BETWEEN min AND 2147483647
+                              AND (value #>> '{}')::numeric = trunc((value #>> '{}')::numeric)
+           ELSE coalesce(jsonb_typeof(value) = 'null', true) END;
+COMMENT ON FUNCTION fenceq._is_plain_json_int(jsonb, integer) IS
+    'Private, inlined. True for an absent or null field or a JSON integer from min to 2^31-1.';

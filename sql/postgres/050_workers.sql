@@ -82,178 +82,6 @@ $$;
 COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
     'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
 
--- _claim: the body of claim_next and claim_batch: claim up to one job per
--- token, across queues, in priority / run_at / submission order.
--- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
--- without locks), so concurrent claimers never wait on each other and never
--- get the same job. One queue: one ordered scan of its claim index. Several:
--- the head rows of each queue's scan are locked and merged; the heads not
--- claimed stay locked until the caller's transaction ends (in autocommit, at
--- once). Then one statement claims every picked job and records its token.
-CREATE OR REPLACE FUNCTION fenceq._claim(
-    queues text[], owner_id text, claim_tokens text[], lease interval, budget interval)
-RETURNS SETOF fenceq.claim
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_count integer := cardinality(_claim.claim_tokens);
-    v_queue fenceq._queues;
-    v_active text[];
-    v_known integer;
-    v_now timestamptz;
-    v_picked text[];
-    v_claims fenceq.claim[];
-    v_recorded integer;
-    v_changed boolean;
-    v_exhausted boolean;
-BEGIN
-    -- Fast paths for the usual well-formed calls: one query-free expression
-    -- for a single claim, one expression for a batch numbered from 1.
-    -- Otherwise the checks run one by one and name what is wrong.
-    IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
-                    AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
-                    AND length(_claim.owner_id) BETWEEN 1 AND 255
-                    AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
-        IF NOT coalesce(array_ndims(_claim.queues) = 1 AND array_lower(_claim.queues, 1) = 1
-                        AND cardinality(_claim.queues) <= 10000
-                        AND array_ndims(_claim.claim_tokens) = 1 AND array_lower(_claim.claim_tokens, 1) = 1
-                        AND v_count <= 10000 AND length(_claim.owner_id) BETWEEN 1 AND 255
-                        AND _claim.lease IS NULL AND _claim.budget IS NULL
-                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
-                               FROM unnest(_claim.queues) AS n(name))
-                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
-                               FROM unnest(_claim.claim_tokens) AS t(token)), false) THEN
-            PERFORM fenceq._check_names(_claim.queues, 'queues');
-            PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
-            PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
-            PERFORM fenceq._check_interval(_claim.lease, 'lease');
-            PERFORM fenceq._check_interval(_claim.budget, 'budget');
-            -- Below, element i is [i]: renumber arrays sent with other bounds.
-            _claim.queues := ARRAY(SELECT unnest(_claim.queues));
-            _claim.claim_tokens := ARRAY(SELECT unnest(_claim.claim_tokens));
-        END IF;
-    END IF;
-
-    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-
-    v_now := clock_timestamp();
-    IF cardinality(_claim.queues) = 1 THEN
-        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
-        IF NOT FOUND THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        IF NOT v_queue.paused THEN
-            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
-              INTO v_picked, v_exhausted FROM (
-                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
-                    SELECT j.job_id, j.generation
-                      FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
-                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                     ORDER BY j.priority DESC, j.run_at, j.seq
-                     LIMIT v_count
-                       FOR UPDATE SKIP LOCKED) AS j) AS p;
-        END IF;
-    ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-          INTO v_active, v_known
-          FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
-        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        IF v_active IS NOT NULL THEN
-            -- EXECUTE plans this statement for its actual values every time: a
-            -- generic plan of the per-queue merge can lose the ordered index scan.
-            EXECUTE $sql$
-                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
-                       bool_or(c.generation = 9223372036854775807) FROM (
-                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
-                      FROM unnest($1::text[]) AS a(name)
-                     CROSS JOIN LATERAL (
-                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
-                          FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
-                           AND (j.expires_at IS NULL OR j.expires_at > $3)
-                         ORDER BY j.priority DESC, j.run_at, j.seq
-                         LIMIT $2
-                           FOR UPDATE OF j SKIP LOCKED) AS c
-                     ORDER BY c.priority DESC, c.run_at, c.seq
-                     LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
-        END IF;
-    END IF;
-
-    -- A used token is refused even when there is nothing to claim. Tokens
-    -- spent on picked jobs are checked by the ledger insert below (its
-    -- conflict rolls the claim back); only the rest are looked up here.
-    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
-        SELECT 1 FROM fenceq._claims AS c
-         WHERE c.claim_token = ANY (_claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-    IF v_picked IS NULL THEN
-        RETURN;
-    END IF;
-    -- A picked job already at the largest generation cannot be claimed again.
-    IF v_exhausted THEN
-        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
-    END IF;
-    v_now := clock_timestamp();  -- read after the picked rows are locked
-
-    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
-    -- trigger or coercion that changes it rolls the whole claim back (QF302).
-    WITH picked AS (
-        SELECT p.job_id, p.ordinal, _claim.claim_tokens[p.ordinal] AS token
-          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
-    claimed AS (
-        UPDATE fenceq._jobs AS j
-           SET status = 'claimed',
-               attempts = j.attempts + 1,
-               generation = j.generation + 1,
-               owner_id = _claim.owner_id,
-               claim_token = p.token,
-               lease = coalesce(_claim.lease, q.lease),
-               lease_expires_at = least(v_now + coalesce(_claim.lease, q.lease), v_now + _claim.budget),
-               budget_expires_at = v_now + _claim.budget,
-               cancel_requested = false,
-               pid = NULL
-          FROM picked AS p, fenceq._queues AS q
-         WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token),
-    recorded AS (
-        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
-        SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
-        ON CONFLICT (claim_token) DO NOTHING
-        RETURNING 1)
-    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
-                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
-                         c.cancel_requested, c.submission_id,
-                         -- Checkpoints need a live fence: a first claim has none to read.
-                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
-                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
-           (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
-      INTO v_claims, v_recorded, v_changed
-      FROM claimed AS c;
-    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
-        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
-    END IF;
-    IF v_recorded <> cardinality(v_claims) THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-    RETURN QUERY SELECT * FROM unnest(v_claims);
-END
-$$;
-COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
-    'Private. The body of claim_next and claim_batch.';
-
 -- claim_next: claim the next eligible job across queues.
 -- Locking: SKIP LOCKED on job rows only; callers never block each other.
 -- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
@@ -263,7 +91,7 @@ COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
 -- The usual call (one queue, well-formed values) is one statement: pick the
 -- head of the queue's claim index with SKIP LOCKED, read the clock above the
 -- lock, claim the row and record its token in the ledger. Anything else
--- (several queues, a value to check one by one) takes _claim's general path.
+-- (several queues, a value to check one by one) takes claim_batch's path.
 CREATE OR REPLACE FUNCTION fenceq.claim_next(
     queues text[], owner_id text, claim_token text,
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
@@ -287,7 +115,7 @@ BEGIN
                     AND length(claim_next.claim_token) BETWEEN 1 AND 255
                     AND fenceq._is_plain_duration(claim_next.lease)
                     AND fenceq._is_plain_duration(claim_next.budget), false) THEN
-        RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+        RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
             ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
         RETURN;
     END IF;
@@ -371,8 +199,16 @@ $$;
 COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
     'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
 
--- claim_batch: claim up to one job per token (tokens used in array order).
--- A repeated or already used token raises QF301 before anything is claimed.
+-- claim_batch: claim up to one job per token (tokens used in array order),
+-- across queues, in priority / run_at / submission order. A repeated or
+-- already used token raises QF301 before anything is claimed. It is also
+-- claim_next's general path.
+-- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
+-- without locks), so concurrent claimers never wait on each other and never
+-- get the same job. One queue: one ordered scan of its claim index. Several:
+-- the head rows of each queue's scan are locked and merged; the heads not
+-- claimed stay locked until the caller's transaction ends (in autocommit, at
+-- once). Then one statement claims every picked job and records its token.
 CREATE OR REPLACE FUNCTION fenceq.claim_batch(
     queues text[], owner_id text, claim_tokens text[],
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
@@ -380,10 +216,159 @@ RETURNS SETOF fenceq.claim
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(claim_batch.claim_tokens);
+    v_queue fenceq._queues;
+    v_active text[];
+    v_known integer;
+    v_now timestamptz;
+    v_picked text[];
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_exhausted boolean;
 BEGIN
-    RETURN QUERY SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
-        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget);
+    -- Fast paths for the usual well-formed calls: one query-free expression
+    -- for a single claim, one expression for a batch numbered from 1.
+    -- Otherwise the checks run one by one and name what is wrong.
+    IF NOT coalesce(cardinality(claim_batch.queues) = 1 AND length(claim_batch.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(claim_batch.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                    AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL, false) THEN
+        IF NOT coalesce(array_ndims(claim_batch.queues) = 1 AND array_lower(claim_batch.queues, 1) = 1
+                        AND cardinality(claim_batch.queues) <= 10000
+                        AND array_ndims(claim_batch.claim_tokens) = 1 AND array_lower(claim_batch.claim_tokens, 1) = 1
+                        AND v_count <= 10000 AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                        AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL
+                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_batch.queues) AS n(name))
+                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_batch.claim_tokens) AS t(token)), false) THEN
+            PERFORM fenceq._check_names(claim_batch.queues, 'queues');
+            PERFORM fenceq._check_name(claim_batch.owner_id, 'owner_id');
+            PERFORM fenceq._check_names(claim_batch.claim_tokens, 'claim_tokens');
+            PERFORM fenceq._check_interval(claim_batch.lease, 'lease');
+            PERFORM fenceq._check_interval(claim_batch.budget, 'budget');
+            -- Below, element i is [i]: renumber arrays sent with other bounds.
+            claim_batch.queues := ARRAY(SELECT unnest(claim_batch.queues));
+            claim_batch.claim_tokens := ARRAY(SELECT unnest(claim_batch.claim_tokens));
+        END IF;
+    END IF;
+
+    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(claim_batch.claim_tokens) AS t(token)) <> v_count THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+
+    v_now := clock_timestamp();
+    IF cardinality(claim_batch.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = claim_batch.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF NOT v_queue.paused THEN
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO v_picked, v_exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT v_count
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
+        END IF;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+          INTO v_active, v_known
+          FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues);
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_active IS NOT NULL THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                     ORDER BY c.priority DESC, c.run_at, c.seq
+                     LIMIT $2) AS c
+            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
+        END IF;
+    END IF;
+
+    -- A used token is refused even when there is nothing to claim. Tokens
+    -- spent on picked jobs are checked by the ledger insert below (its
+    -- conflict rolls the claim back); only the rest are looked up here.
+    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
+        SELECT 1 FROM fenceq._claims AS c
+         WHERE c.claim_token = ANY (claim_batch.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    -- A picked job already at the largest generation cannot be claimed again.
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    v_now := clock_timestamp();  -- read after the picked rows are locked
+
+    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
+    -- trigger or coercion that changes it rolls the whole claim back (QF302).
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal, claim_batch.claim_tokens[p.ordinal] AS token
+          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = claim_batch.owner_id,
+               claim_token = p.token,
+               lease = coalesce(claim_batch.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(claim_batch.lease, q.lease), v_now + claim_batch.budget),
+               budget_expires_at = v_now + claim_batch.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT count(*) FROM recorded),
+           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+      INTO v_claims, v_recorded, v_changed
+      FROM claimed AS c;
+    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded <> cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
 END
 $$;
 COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS

@@ -177,14 +177,14 @@ BEGIN
     RETURN NEXT;
 
     -- The one exception: private helpers the planner inlines into their
-    -- caller's statement (see _is_plain_duration), which must be IMMUTABLE
-    -- SQL functions with no SET clause, so they can read no table and run
-    -- only with the caller's rights and pinned settings.
+    -- caller's statement (see _is_plain_duration): SQL functions with no SET
+    -- clause, which run only inside their callers, with the callers' rights
+    -- and pinned settings (no role is granted a private function).
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
-       AND NOT (p.proname LIKE '\_%' AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
-                AND p.provolatile = 'i' AND p.proconfig IS NULL);
+       AND NOT (p.proname LIKE '\_%' AND p.proconfig IS NULL
+                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql'));
     check_name := 'security_definer'; ok := v_bad IS NULL;
     detail := coalesce('not SECURITY DEFINER: ' || v_bad,
                        'every function is SECURITY DEFINER but the inlined private helpers');
