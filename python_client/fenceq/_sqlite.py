@@ -32,7 +32,7 @@ from .errors import PersistenceFailed, config_error, translate
 from .ops import Op, SubmitRequest
 from .types import SchemaCheck
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0

@@ -356,3 +356,56 @@ END
 $$;
 COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
     'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
+
+-- _is_plain_duration: whether a duration needs no closer look: NULL, or
+-- positive, without month or day parts, and under a million hours (so now +
+-- value stays within years 0001-9999). Hot functions test their arguments
+-- with it in one expression and leave anything else to _check_interval,
+-- which names the problem.
+-- Deliberately a plain SQL function: not SECURITY DEFINER and with no SET
+-- clause, so the planner inlines it into the calling statement at no cost.
+-- It reads no table and runs inside a caller that pins search_path, and its
+-- body names only pg_catalog operators; verify_schema allows exactly this
+-- shape for private helpers and nothing looser.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_duration(value interval)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (value > interval '0' AND value < interval '1000000 hours'
+        AND pg_catalog.date_part('year', value) = 0 AND pg_catalog.date_part('month', value) = 0
+        AND pg_catalog.date_part('day', value) = 0);
+COMMENT ON FUNCTION fenceq._is_plain_duration(interval) IS
+    'Private, inlined. True for NULL or a positive duration without month or day parts under a million hours.';
+
+-- _is_plain_fence: whether the four fence parts are well formed (NULL when
+-- a part is NULL); _check_fence names what is wrong. Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_fence(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN pg_catalog.length(job_id) BETWEEN 1 AND 36 AND pg_catalog.length(owner_id) BETWEEN 1 AND 255
+   AND pg_catalog.length(claim_token) BETWEEN 1 AND 255 AND generation >= 1;
+COMMENT ON FUNCTION fenceq._is_plain_fence(text, text, bigint, text) IS
+    'Private, inlined. True for a well-formed fence; NULL when a part is NULL.';
+
+-- _is_plain_json: whether a JSON value needs no closer look: NULL, or
+-- nested less than 128 containers deep with a jsonb text of at most 1 MiB
+-- (never shorter than the canonical form). Anything else goes to
+-- _check_json, which measures the canonical form. Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_json(value jsonb)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (NOT pg_catalog.jsonb_path_exists(value,
+            'strict $.**{128} ? (@.type() == "object" || @.type() == "array")')
+        AND pg_catalog.octet_length(value::text) <= 1048576);
+COMMENT ON FUNCTION fenceq._is_plain_json(jsonb) IS
+    'Private, inlined. True for NULL or JSON under the depth and size bounds by a cheap measure.';

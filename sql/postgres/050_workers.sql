@@ -259,6 +259,11 @@ COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
 -- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
 -- used one); after an uncertain answer call recover_claim with the same token.
 -- Zero rows: nothing eligible (or every named queue is paused).
+--
+-- The usual call (one queue, well-formed values) is one statement: pick the
+-- head of the queue's claim index with SKIP LOCKED, read the clock above the
+-- lock, claim the row and record its token in the ledger. Anything else
+-- (several queues, a value to check one by one) takes _claim's general path.
 CREATE OR REPLACE FUNCTION fenceq.claim_next(
     queues text[], owner_id text, claim_token text,
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
@@ -266,10 +271,101 @@ RETURNS SETOF fenceq.claim
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
+    v_old_generation bigint;
+    v_recorded boolean;
 BEGIN
-    RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
-        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+    IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
+                    AND length(claim_next.queues[1]) BETWEEN 1 AND 255
+                    AND length(claim_next.owner_id) BETWEEN 1 AND 255
+                    AND length(claim_next.claim_token) BETWEEN 1 AND 255
+                    AND fenceq._is_plain_duration(claim_next.lease)
+                    AND fenceq._is_plain_duration(claim_next.budget), false) THEN
+        RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+            ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+        RETURN;
+    END IF;
+
+    v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
+    WITH picked AS MATERIALIZED (
+        -- The outer projection runs above the row lock, so its clock reading
+        -- is taken once the row is held.
+        SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.generation
+              FROM fenceq._jobs AS j
+             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+               AND NOT (SELECT q.paused FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1])
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT 1
+               FOR UPDATE OF j SKIP LOCKED) AS p),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               -- At the largest generation the row keeps it, and the claim
+               -- is refused below (QF303) before anything commits.
+               generation = CASE WHEN p.generation < 9223372036854775807 THEN p.generation + 1
+                                 ELSE p.generation END,
+               owner_id = claim_next.owner_id,
+               claim_token = claim_next.claim_token,
+               lease = coalesce(claim_next.lease, q.lease),
+               lease_expires_at = least(p.locked_at + coalesce(claim_next.lease, q.lease),
+                                        p.locked_at + claim_next.budget),
+               budget_expires_at = p.locked_at + claim_next.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
+                  j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
+                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT claim_next.claim_token, c.job_id, c.generation, claim_next.owner_id, c.locked_at
+          FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                     c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                     c.cancel_requested, c.submission_id,
+                     -- Checkpoints need an earlier claim: a first claim has none to read.
+                     CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                          ELSE coalesce((SELECT jsonb_object_agg(k.step, k.value) FROM fenceq._checkpoints AS k
+                                          WHERE k.job_id = c.job_id), '{}'::jsonb) END)::fenceq.claim],
+           c.old_generation, EXISTS (SELECT 1 FROM recorded)
+      INTO v_claim, v_old_generation, v_recorded
+      FROM claimed AS c;
+
+    IF v_claim IS NULL THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise.
+        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN;
+    END IF;
+    IF v_old_generation = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    -- Storage must keep exactly what was sent: a trigger or coercion that
+    -- changed it rolls the whole claim back.
+    IF v_claim[1].owner_id IS DISTINCT FROM claim_next.owner_id
+       OR v_claim[1].claim_token IS DISTINCT FROM claim_next.claim_token THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF NOT v_recorded THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    RETURN NEXT v_claim[1];
 END
 $$;
 COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
@@ -327,6 +423,7 @@ COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
 -- heartbeat: renew a live claim to LEAST(now + lease, budget_expires_at).
 -- True while the claim is live (also when the budget clamps the renewal);
 -- false once the lease or budget ran out or the fence is stale.
+-- One statement, locked and judged as complete is (see there).
 CREATE OR REPLACE FUNCTION fenceq.heartbeat(
     job_id text, owner_id text, generation bigint, claim_token text,
     lease interval DEFAULT NULL)
@@ -338,23 +435,26 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_job fenceq._jobs;
-    v_now timestamptz;
 BEGIN
-    IF heartbeat.lease IS NOT NULL THEN
+    IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
+                                           heartbeat.generation, heartbeat.claim_token), false) THEN
+        PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
+    END IF;
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
         PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
     END IF;
-    v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
-                               heartbeat.generation, heartbeat.claim_token);
-    v_now := clock_timestamp();
-    IF v_job.job_id IS NULL THEN
-        RETURN false;
-    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at
+              FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id
+               FOR UPDATE) AS l)
     UPDATE fenceq._jobs AS j
-       SET lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
-     WHERE j.job_id = heartbeat.job_id;
-    RETURN true;
+       SET lease_expires_at = least(l.locked_at + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = heartbeat.owner_id
+       AND l.generation = heartbeat.generation AND l.claim_token = heartbeat.claim_token
+       AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
 END
 $$;
 COMMENT ON FUNCTION fenceq.heartbeat(text, text, bigint, text, interval) IS
@@ -450,6 +550,11 @@ COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], int
 
 -- complete: record success for a live, not cancel-requested claim.
 -- True once; false for a stale, expired, terminal or cancel-requested fence.
+-- One statement: the innermost SELECT locks the row by primary key; the
+-- clock is read in the projection above that lock (a condition written
+-- beside the lock could be pushed below it), and the materialized CTE keeps
+-- the fence conditions on that reading, so a lock wait past the lease can
+-- never authorise the write.
 CREATE OR REPLACE FUNCTION fenceq.complete(
     job_id text, owner_id text, generation bigint, claim_token text,
     result jsonb DEFAULT NULL)
@@ -461,23 +566,27 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_job fenceq._jobs;
-    v_now timestamptz;
 BEGIN
-    IF complete.result IS NOT NULL THEN
+    IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
+                                           complete.generation, complete.claim_token), false) THEN
+        PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
+    END IF;
+    IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
     END IF;
-    v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
-                               complete.generation, complete.claim_token);
-    v_now := clock_timestamp();
-    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
-        RETURN false;
-    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                   j.cancel_requested
+              FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id
+               FOR UPDATE) AS l)
     UPDATE fenceq._jobs AS j
-       SET status = 'completed', result = complete.result, finished_at = v_now
-     WHERE j.job_id = complete.job_id;
-    RETURN true;
+       SET status = 'completed', result = complete.result, finished_at = l.locked_at
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
+       AND l.generation = complete.generation AND l.claim_token = complete.claim_token
+       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
 END
 $$;
 COMMENT ON FUNCTION fenceq.complete(text, text, bigint, text, jsonb) IS

@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 1.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 2 (its tables are version 1's).
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
 -- wraps this file in a transaction, switches the file to WAL and records the
@@ -184,4 +184,4 @@ SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
   FROM fenceq__dead_letters AS d;
 
 -- The schema version, read by version.sql.
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
