@@ -1,4 +1,4 @@
-"""Submission fingerprints: golden vectors shared by every backend (CONTRACT §4)."""
+"""Submission fingerprints: golden vectors shared by every backend (docs/guarantees.md §4)."""
 
 import json
 from datetime import datetime

@@ -1,4 +1,4 @@
-"""Concurrency on PostgreSQL with real concurrent sessions (CONTRACT §1, §3, §5)."""
+"""Concurrency on PostgreSQL with real concurrent sessions (docs/guarantees.md §1, §3, §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Least privilege with real login roles (CONTRACT §10)."""
+"""Least privilege with real login roles (docs/guarantees.md §10)."""
 
 from __future__ import annotations
 

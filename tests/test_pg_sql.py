@@ -1,5 +1,5 @@
 """The SQL surface as a service in another language sees it: raw SQL calls,
-untyped literals, SQLSTATEs, notifications and admission (CONTRACT §2, §3, §6)."""
+untyped literals, SQLSTATEs, notifications and admission (docs/guarantees.md §2, §3, §6)."""
 
 from __future__ import annotations
 

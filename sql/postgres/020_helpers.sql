@@ -1,7 +1,7 @@
 -- fenceq for PostgreSQL, part 2: private helpers.
 --
 -- Validation helpers raise QF1xx codes with messages that name the parameter,
--- never its value (CONTRACT §2). Every function in the schema is SECURITY
+-- never its value (docs/guarantees.md §2). Every function in the schema is SECURITY
 -- DEFINER with a pinned search_path, so nothing on a caller's search_path can
 -- shadow what it uses, and grants can be added without touching bodies.
 
@@ -28,7 +28,7 @@ COMMENT ON FUNCTION fenceq._raise(text, text) IS
     'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
 
 -- _check_name: an id or name must be a non-empty string of at most
--- max_length characters (CONTRACT §2). NULL passes only when nullable.
+-- max_length characters (docs/guarantees.md §2). NULL passes only when nullable.
 CREATE OR REPLACE FUNCTION fenceq._check_name(
     value text, what text, max_length integer DEFAULT 255,
     nullable boolean DEFAULT false, code text DEFAULT 'QF102')
@@ -160,7 +160,7 @@ $$;
 COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
     'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
 
--- _canonical_json: the canonical JSON text of a jsonb value (CONTRACT §4):
+-- _canonical_json: the canonical JSON text of a jsonb value (docs/guarantees.md §4):
 -- keys sorted by code point (COLLATE "C" on UTF-8 bytes), no spaces, strings
 -- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
 CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
@@ -239,7 +239,7 @@ COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
     'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
 
 -- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
--- parameter as authored (CONTRACT §4). NULLs stay null.
+-- parameter as authored (docs/guarantees.md §4). NULLs stay null.
 CREATE OR REPLACE FUNCTION fenceq._fingerprint(
     queue text, task text, payload jsonb, submission_id text, job_id text,
     priority integer, run_at timestamptz, expires_at timestamptz,

@@ -12,7 +12,7 @@
 --
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
--- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
+-- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
 -- _lock_live does exactly that for every fenced write below.
 
 -- _is_live: whether a locked job row is the live claim of this fence at now.

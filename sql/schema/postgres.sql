@@ -271,7 +271,7 @@ $$;
 
 ALTER FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) IS 'Private. Refuse queue settings that break the CONTRACT §2 rules (QF104, QF105).';
+COMMENT ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) IS 'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
 
 CREATE FUNCTION fenceq._check_time(value timestamp with time zone, what text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER

@@ -11,7 +11,7 @@ DROP FUNCTION IF EXISTS fenceq._claim(text[], text, text[], interval, interval);
 -- fenceq for PostgreSQL, part 1: schema, tables, indexes and the claim type.
 --
 -- Everything lives in the schema "fenceq". Tables start with "_": they are
--- private, reachable only through the functions (CONTRACT §3, §10).
+-- private, reachable only through the functions (docs/guarantees.md §3, §10).
 -- Identity columns use COLLATE "C" so that comparison is byte-exact and
 -- deterministic whatever the database's default collation is.
 --
@@ -24,7 +24,7 @@ COMMENT ON SCHEMA fenceq IS
 
 -- Queues: named lanes with their defaults. Jobs reference queues by name with
 -- no foreign key: an FK would share-lock the queue row on every insert
--- (multixact churn under load, CONTRACT §11).
+-- (multixact churn under load, docs/guarantees.md §11).
 CREATE TABLE IF NOT EXISTS fenceq._queues (
     queue          text COLLATE "C" NOT NULL,
     lease          interval NOT NULL,
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS fenceq._jobs (
     CONSTRAINT _jobs_generation_check CHECK (generation >= 0)
 ) WITH (fillfactor = 80);
 
--- Claim path: one ordered scan per queue (CONTRACT §11: a single index over
+-- Claim path: one ordered scan per queue (docs/guarantees.md §11: a single index over
 -- queue = ANY(...) cannot serve ORDER BY, so claims merge per-queue heads).
 CREATE INDEX IF NOT EXISTS _jobs_claim_idx
     ON fenceq._jobs (queue, priority DESC, run_at, seq)
@@ -89,7 +89,7 @@ CREATE INDEX IF NOT EXISTS _jobs_claim_idx
 CREATE INDEX IF NOT EXISTS _jobs_claimed_idx
     ON fenceq._jobs (queue)
     WHERE status = 'claimed';
--- At most one active job per (queue, active_key) (CONTRACT §5).
+-- At most one active job per (queue, active_key) (docs/guarantees.md §5).
 CREATE UNIQUE INDEX IF NOT EXISTS _jobs_active_key_idx
     ON fenceq._jobs (queue, active_key)
     WHERE active_key IS NOT NULL AND status IN ('pending', 'claimed');
@@ -103,7 +103,7 @@ CREATE INDEX IF NOT EXISTS _jobs_finished_idx
     WHERE finished_at IS NOT NULL;
 
 -- Submission identities: outlive their jobs (purge) so that a replay keeps
--- answering with the original job id (CONTRACT §4). job_id is deliberately
+-- answering with the original job id (docs/guarantees.md §4). job_id is deliberately
 -- not unique here: _jobs' primary key arbitrates job ids, so a race between
 -- two explicit job ids surfaces as QF203, never as a raw unique violation.
 CREATE TABLE IF NOT EXISTS fenceq._submissions (
@@ -153,7 +153,7 @@ CREATE TABLE IF NOT EXISTS fenceq._dead_letters (
 );
 CREATE INDEX IF NOT EXISTS _dead_letters_job_idx ON fenceq._dead_letters (job_id);
 
--- What a claim returns. Columns are only ever appended (CONTRACT §3).
+-- What a claim returns. Columns are only ever appended (docs/guarantees.md §3).
 DO $$
 BEGIN
     IF to_regtype('fenceq.claim') IS NULL THEN
@@ -183,7 +183,7 @@ COMMENT ON TYPE fenceq.claim IS
 -- fenceq for PostgreSQL, part 2: private helpers.
 --
 -- Validation helpers raise QF1xx codes with messages that name the parameter,
--- never its value (CONTRACT §2). Every function in the schema is SECURITY
+-- never its value (docs/guarantees.md §2). Every function in the schema is SECURITY
 -- DEFINER with a pinned search_path, so nothing on a caller's search_path can
 -- shadow what it uses, and grants can be added without touching bodies.
 
@@ -210,7 +210,7 @@ COMMENT ON FUNCTION fenceq._raise(text, text) IS
     'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
 
 -- _check_name: an id or name must be a non-empty string of at most
--- max_length characters (CONTRACT §2). NULL passes only when nullable.
+-- max_length characters (docs/guarantees.md §2). NULL passes only when nullable.
 CREATE OR REPLACE FUNCTION fenceq._check_name(
     value text, what text, max_length integer DEFAULT 255,
     nullable boolean DEFAULT false, code text DEFAULT 'QF102')
@@ -342,7 +342,7 @@ $$;
 COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
     'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
 
--- _canonical_json: the canonical JSON text of a jsonb value (CONTRACT §4):
+-- _canonical_json: the canonical JSON text of a jsonb value (docs/guarantees.md §4):
 -- keys sorted by code point (COLLATE "C" on UTF-8 bytes), no spaces, strings
 -- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
 CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
@@ -421,7 +421,7 @@ COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
     'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
 
 -- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
--- parameter as authored (CONTRACT §4). NULLs stay null.
+-- parameter as authored (docs/guarantees.md §4). NULLs stay null.
 CREATE OR REPLACE FUNCTION fenceq._fingerprint(
     queue text, task text, payload jsonb, submission_id text, job_id text,
     priority integer, run_at timestamptz, expires_at timestamptz,
@@ -671,7 +671,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq._check_queue_settings(interval, integer, interval, double precision, interval) IS
-    'Private. Refuse queue settings that break the CONTRACT §2 rules (QF104, QF105).';
+    'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
 
 -- create_queue: declare a queue.
 -- Locking: inserts the queue row; a concurrent identical create waits for it.
@@ -1443,7 +1443,7 @@ COMMENT ON FUNCTION fenceq.submit_batch(text, jsonb) IS
 --
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
--- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
+-- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
 -- _lock_live does exactly that for every fenced write below.
 
 -- _is_live: whether a locked job row is the live claim of this fence at now.
@@ -2458,7 +2458,7 @@ COMMENT ON FUNCTION fenceq.cancel(text, boolean) IS
     'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
 
 -- Views: read-only windows on the private tables. No view shows a claim
--- token. Columns are only ever appended (CONTRACT §3).
+-- token. Columns are only ever appended (docs/guarantees.md §3).
 CREATE OR REPLACE VIEW fenceq.jobs AS
 SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.max_attempts, j.run_at, j.expires_at, j.owner_id, j.generation,
@@ -2960,7 +2960,7 @@ REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 
--- Group roles (CONTRACT §10), NOLOGIN; applications log in as their own
+-- Group roles (docs/guarantees.md §10), NOLOGIN; applications log in as their own
 -- roles and are granted one of these. Roles are cluster-wide: membership
 -- grants the same rights in every database of the cluster where fenceq is
 -- installed. An existing role of these names that can log in is refused.
@@ -3028,7 +3028,7 @@ END
 $$;
 
 -- Admission: an install or migration refuses to finish on a schema that
--- fails any verify_schema check (CONTRACT §3).
+-- fails any verify_schema check (docs/guarantees.md §3).
 DO $$
 DECLARE
     v_failed text;
