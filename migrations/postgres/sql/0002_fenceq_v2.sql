@@ -1552,7 +1552,9 @@ BEGIN
     END IF;
 
     v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
-    WITH picked AS MATERIALIZED (
+    WITH queue AS MATERIALIZED (
+        SELECT q.lease FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1] AND NOT q.paused),
+    picked AS MATERIALIZED (
         -- The outer projection runs above the row lock, so its clock reading
         -- is taken once the row is held.
         SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
@@ -1560,7 +1562,7 @@ BEGIN
               FROM fenceq._jobs AS j
              WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
-               AND NOT (SELECT q.paused FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1])
+               AND EXISTS (SELECT 1 FROM queue)
              ORDER BY j.priority DESC, j.run_at, j.seq
              LIMIT 1
                FOR UPDATE OF j SKIP LOCKED) AS p),
@@ -1580,8 +1582,8 @@ BEGIN
                budget_expires_at = p.locked_at + claim_next.budget,
                cancel_requested = false,
                pid = NULL
-          FROM picked AS p, fenceq._queues AS q
-         WHERE j.job_id = p.job_id AND q.queue = j.queue
+          FROM picked AS p, queue AS q
+         WHERE j.job_id = p.job_id
         RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
                   j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
                   j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
@@ -1593,11 +1595,7 @@ BEGIN
         RETURNING 1)
     SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
                      c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
-                     c.cancel_requested, c.submission_id,
-                     -- Checkpoints need an earlier claim: a first claim has none to read.
-                     CASE WHEN c.generation = 1 THEN '{}'::jsonb
-                          ELSE coalesce((SELECT jsonb_object_agg(k.step, k.value) FROM fenceq._checkpoints AS k
-                                          WHERE k.job_id = c.job_id), '{}'::jsonb) END)::fenceq.claim],
+                     c.cancel_requested, c.submission_id, '{}'::jsonb)::fenceq.claim],
            c.old_generation, EXISTS (SELECT 1 FROM recorded)
       INTO v_claim, v_old_generation, v_recorded
       FROM claimed AS c;
@@ -1623,6 +1621,11 @@ BEGIN
     END IF;
     IF NOT v_recorded THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    -- Checkpoints need an earlier claim: a first claim has none to read
+    -- (and its statement stays free of the lookup).
+    IF v_claim[1].generation > 1 THEN
+        v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
     END IF;
     RETURN NEXT v_claim[1];
 END
