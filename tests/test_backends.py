@@ -1,5 +1,6 @@
 """The backend boundary: answers decode by each operation's declared result
-type on both engines, and the package's modules import without cycles."""
+type on both engines, drivers are imported only under fenceq/backends/, and
+the package's modules import without cycles."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import fenceq
 from helpers import claim
 
 PACKAGE = Path(fenceq.__file__).resolve().parent
+DRIVERS = {"psycopg", "psycopg_pool", "sqlite3", "sqlite_utils", "yoyo"}
 
 
 def test_stats_counts_cancel_requests_while_a_job_says_yes_or_no(client, queue):
@@ -57,6 +59,14 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             for alias in node.names:
                 named.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
     return named
+
+
+def test_no_driver_is_imported_outside_the_backends_package():
+    known = modules()
+    offenders = {name: sorted(imported.split(".")[0] for imported in imports(name, path, known)
+                              if imported.split(".")[0] in DRIVERS)
+                 for name, path in known.items() if not name.startswith("fenceq.backends")}
+    assert {name: found for name, found in offenders.items() if found} == {}
 
 
 def test_the_package_has_no_import_cycle():
