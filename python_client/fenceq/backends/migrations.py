@@ -204,7 +204,7 @@ def schema_dump_pg(url: str) -> str:
         ["pg_dump", "--schema-only", "--no-tablespaces", "--schema=fenceq",
          "--schema=" + PG_MIGRATION_SCHEMA, "--dbname", connection_url(url)],
         check=True, capture_output=True, text=True).stdout
-    lines = []
+    lines: list[str] = []
     for line in dump.splitlines():
         if line.startswith("--") or line.startswith("\\restrict") or line.startswith("\\unrestrict"):
             continue

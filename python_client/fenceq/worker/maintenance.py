@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+from typing import Any
 
 from ..backends import AsyncBackend
 from ..client import AsyncClient
@@ -83,7 +84,8 @@ class Maintenance:
                                     cancelled=result.cancelled, expired=result.expired)
         return total >= MAX_BATCH
 
-    async def _purge(self, client: AsyncClient) -> None:
+    async def _purge(self, client: Any) -> None:
+        """``client`` is an AsyncClient (its methods are typed as the sync client's)."""
         settings = self._state.settings
         assert settings.purge_after is not None
         count = await client.purge(settings.purge_after, max_rows=PURGE_ROWS,

@@ -64,7 +64,7 @@ class Runtime:
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
         pool = Pool(self._open_backend, self.settings.connections, self._wrap_client)
-        installed: list[int] = []
+        installed: list[signal.Signals] = []
         background: list[asyncio.Task] = []
         state: WorkerState | None = None
         try:

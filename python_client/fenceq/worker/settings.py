@@ -74,7 +74,7 @@ class WorkerSettings:
             queues=tuple(queues), concurrency=concurrency, owner_id=owner_id or default_owner_id(),
             lease=seconds(lease, "lease"), budget=seconds(budget, "budget"),
             heartbeat_fraction=heartbeat_fraction,
-            drain_timeout=seconds(drain_timeout, "drain_timeout") if drain_timeout else 0.0,
+            drain_timeout=seconds(drain_timeout or None, "drain_timeout") or 0.0,
             poll_interval=seconds(poll_interval, "poll_interval"),
             control_poll=seconds(control_poll, "control_poll"),
             reap_interval=seconds(reap_interval, "reap_interval"),

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Awaitable
+from typing import Any, Coroutine
 
 from ..types import Claim, Fence
 from .clock import Clock
@@ -85,9 +85,9 @@ class WorkerState:
         self.hard_stop = False                 # skip the drain wait
         self._side_tasks: set[asyncio.Task] = set()
 
-    def spawn(self, coroutine: Awaitable[Any]) -> None:
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         """Run a side task (cancelled when the worker stops)."""
-        task = asyncio.get_running_loop().create_task(coroutine)  # type: ignore[arg-type]
+        task = asyncio.get_running_loop().create_task(coroutine)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
 
