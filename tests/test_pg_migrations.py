@@ -1,4 +1,4 @@
-"""Install script and migrations on PostgreSQL (CONTRACT §9)."""
+"""Install script and migrations on PostgreSQL (docs/guarantees.md §9)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """SQLite answers as PostgreSQL does: the same QF codes for bad input that
 reaches the SQL (past the client's own checks), and the same submission
-fingerprints for every request (CONTRACT §4)."""
+fingerprints for every request (docs/guarantees.md §4)."""
 
 from __future__ import annotations
 
