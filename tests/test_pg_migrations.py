@@ -14,8 +14,8 @@ import pytest
 from yoyo import get_backend, read_migrations
 
 from conftest import pg_url
-from fenceq.migrate import _yoyo_url_pg, install_script, migrate
-from fenceq.migrate import migrations_dir
+from fenceq.backends.migrations import _yoyo_url_pg, install_script, migrate
+from fenceq.backends.migrations import migrations_dir
 
 
 @pytest.fixture

@@ -671,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{error} [{error.reason}]{_hint(error)}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as error:
-        if error.name == "fenceq._sqlite":
+        if error.name == "fenceq.backends.sqlite":
             print("fenceq: the embedded SQLite backend is not available in this build; "
                   "pass --url postgresql://… or set FENCEQ_DATABASE_URL", file=sys.stderr)
             return EXIT_USAGE

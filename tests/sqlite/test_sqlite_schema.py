@@ -14,7 +14,8 @@ import pytest
 
 import fenceq
 from fenceq import ops
-from fenceq._sqlite import install_script, load_script, migrate_sqlite
+from fenceq.backends.migrations import install_script_sqlite as install_script, migrate_sqlite
+from fenceq.backends.sqlite import load_script
 from fenceq._resources import sql_dir
 
 VIEW_OPERATIONS = {"stats", "attempts", "dead_letters"}
