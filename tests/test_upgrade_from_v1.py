@@ -103,3 +103,18 @@ def test_v2_rolls_back_to_v1_without_loss(v1_database):
     assert all(check.ok for check in migrate(url))
     with fenceq.connect(url) as client:
         assert client.version() == "2"
+
+
+def test_rollback_to_version_1_stops_there(v1_database):
+    url, v1 = v1_database
+    migrate(url)
+    assert rollback(url, to_version=1) == ["0002_fenceq_v2"]
+    assert rollback(url, to_version=1) == []  # already there
+    with fenceq.connect(url) as client:
+        assert client.version() == "1"
+        if url.startswith("postgresql"):  # v1's own admission check, back in the database
+            assert all(check.ok for check in client.verify_schema())
+        assert client.get_job(v1["pending"][0]).status == "pending"
+    with pytest.raises(fenceq.ConfigError):
+        rollback(url, to_version=3)
+    assert all(check.ok for check in migrate(url))

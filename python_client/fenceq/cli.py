@@ -75,7 +75,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     from .migrate import rollback
 
-    undone = rollback(resolve_url(args.url), allow_data_loss=args.allow_data_loss)
+    undone = rollback(resolve_url(args.url), allow_data_loss=args.allow_data_loss, to_version=args.to)
     print("fenceq: rolled back " + (", ".join(undone) if undone else "nothing (no migration applied)"))
     return 0
 
@@ -580,7 +580,10 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     command("migrate", cmd_migrate, "apply migrations, then verify the schema")
-    rollback = command("rollback", cmd_rollback, "undo every migration (drops fenceq and all its data)")
+    rollback = command("rollback", cmd_rollback,
+                       "undo migrations: down to --to VERSION, or every one (drops fenceq and all its data)")
+    rollback.add_argument("--to", type=int, default=0, metavar="VERSION",
+                          help="the schema version to stop at (default 0: undo every migration)")
     rollback.add_argument("--allow-data-loss", action="store_true",
                           help="proceed even though retained submission identities or live claims are lost")
     sql = commands.add_parser("sql", help="print the complete install script",

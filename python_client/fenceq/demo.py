@@ -435,5 +435,5 @@ def run_demo(url: str | None = None, keep: bool = False, quiet: bool = False) ->
         else:
             shutil.rmtree(folder, ignore_errors=True)
     flag = "" if url == resolve_url(None) else f" --url {shown if url.startswith('sqlite') else 'URL'}"
-    print(f"\nlook around: fenceq stats{flag}   fenceq dlq list --all{flag}   fenceq job {example}{flag}")
+    print(f"\nlook around: fenceq stats{flag}   fenceq dlq list --include-handled{flag}   fenceq job {example}{flag}")
     return code

@@ -303,3 +303,14 @@ def test_worker_command_takes_its_queues_from_the_environment(db, capsys, restor
     monkeypatch.setenv("FENCEQ_WORKER_QUEUE", "nope")
     code, _, err = run(capsys, "worker", "fq_worker_apps:app", "--url", db.url)
     assert code == 2 and "unknown queue" in err
+
+
+def test_rollback_to_a_version(db, capsys):
+    code, out, _ = run(capsys, "rollback", "--to", "1", "--url", db.url)
+    assert code == 0 and "0002_fenceq_v2" in out and "0001" not in out
+    with db.connect() as client:
+        assert client.version() == "1"
+    code, out, _ = run(capsys, "migrate", "--url", db.url)
+    assert code == 0
+    with db.connect() as client:
+        assert client.version() == "2"

@@ -42,13 +42,22 @@ def migrate(url: str) -> list[SchemaCheck]:
     return migrate_sqlite(url) if backend_of(url) == "sqlite" else migrate_postgres(url)
 
 
-def rollback(url: str, *, allow_data_loss: bool = False) -> list[str]:
-    """Roll back every applied migration, newest first. A step that would
+def rollback(url: str, *, allow_data_loss: bool = False, to_version: int = 0) -> list[str]:
+    """Roll back the applied migrations above ``to_version`` (by default
+    every one), newest first, each in its own transaction. A step that would
     lose retained submission identities or live claims takes its locks, then
     refuses (QF901) unless ``allow_data_loss``. Returns the ids rolled back."""
+    latest = max(_version_of(mid) for mid in migration_ids(backend_of(url)))
+    if isinstance(to_version, bool) or not isinstance(to_version, int) or not 0 <= to_version <= latest:
+        raise config_error("QF100", f"to_version must be a schema version from 0 to {latest}")
     if backend_of(url) == "sqlite":
-        return rollback_sqlite(url, allow_data_loss)
-    return rollback_postgres(url, allow_data_loss)
+        return rollback_sqlite(url, allow_data_loss, to_version)
+    return rollback_postgres(url, allow_data_loss, to_version)
+
+
+def _version_of(migration_id: str) -> int:
+    """Migration NNNN_fenceq_vN is the step to schema version N."""
+    return int(migration_id.split("_", 1)[0])
 
 
 def install_script(backend: str) -> str:
@@ -169,7 +178,7 @@ def migrate_postgres(url: str) -> list[SchemaCheck]:
         verifier.close()
 
 
-def rollback_postgres(url: str, allow_data_loss: bool) -> list[str]:
+def rollback_postgres(url: str, allow_data_loss: bool, to_version: int) -> list[str]:
     import psycopg
     from yoyo import get_backend, read_migrations
 
@@ -181,7 +190,7 @@ def rollback_postgres(url: str, allow_data_loss: bool) -> list[str]:
             backend = get_backend(_yoyo_url_pg(url, allow_data_loss=allow_data_loss))
             try:
                 migrations = read_migrations(str(migrations_dir("postgres")))
-                chosen = backend.to_rollback(migrations)
+                chosen = [m for m in backend.to_rollback(migrations) if _version_of(m.id) > to_version]
                 with backend.lock():
                     backend.rollback_migrations(chosen)
                 return [m.id for m in chosen]
@@ -262,7 +271,7 @@ def migrate_sqlite(url: str) -> list[SchemaCheck]:
         verifier.close()
 
 
-def rollback_sqlite(url: str, allow_data_loss: bool) -> list[str]:
+def rollback_sqlite(url: str, allow_data_loss: bool, to_version: int) -> list[str]:
     """SQLite has no session settings a migration's fresh connection would
     see, so the data-loss flag travels in the environment of this process."""
     import sqlite3
@@ -275,7 +284,8 @@ def rollback_sqlite(url: str, allow_data_loss: bool) -> list[str]:
     os.environ["FENCEQ_ALLOW_DATA_LOSS"] = "1" if allow_data_loss else "0"
     backend = get_backend(f"sqlite:///{database_path(url)}")
     try:
-        chosen = backend.to_rollback(read_migrations(str(migrations_dir("sqlite"))))
+        chosen = [m for m in backend.to_rollback(read_migrations(str(migrations_dir("sqlite"))))
+                  if _version_of(m.id) > to_version]
         with backend.lock():
             backend.rollback_migrations(chosen)
         return [m.id for m in chosen]
