@@ -424,12 +424,12 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
     IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
                                            heartbeat.generation, heartbeat.claim_token), false) THEN
         PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
-    END IF;
-    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
-        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
     END IF;
     WITH locked AS MATERIALIZED (
         SELECT l.*, clock_timestamp() AS locked_at FROM (
@@ -555,12 +555,12 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT fenceq._is_plain_json(complete.result) THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
     IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
                                            complete.generation, complete.claim_token), false) THEN
         PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
-    END IF;
-    IF NOT fenceq._is_plain_json(complete.result) THEN
-        PERFORM fenceq._check_json(complete.result, 'result');
     END IF;
     WITH locked AS MATERIALIZED (
         SELECT l.*, clock_timestamp() AS locked_at FROM (
