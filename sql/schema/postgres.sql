@@ -1379,8 +1379,9 @@ BEGIN
                WITH ORDINALITY AS f(j, o, g, t, i)),
     winners AS (
         SELECT DISTINCT ON (f.j) f.j, f.i
-          FROM fences AS f JOIN fenceq._jobs AS j
-            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+          FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
            AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
            AND NOT j.cancel_requested
          ORDER BY f.j, f.i),
@@ -1608,8 +1609,12 @@ BEGIN
                       heartbeat_batch.generations, heartbeat_batch.claim_tokens)
                WITH ORDINALITY AS f(j, o, g, t, i)),
     live AS (
-        SELECT f.i, f.j FROM fences AS f JOIN fenceq._jobs AS j
-            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+        -- One primary-key probe per fence (the lateral subquery is kept
+        -- apart by OFFSET 0): joined freely, the planner may hash every
+        -- claimed job instead, however many are in flight.
+        SELECT f.i, f.j FROM fences AS f
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
            AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
     renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
         UPDATE fenceq._jobs AS j
