@@ -118,3 +118,27 @@ def test_rollback_to_version_1_stops_there(v1_database):
     with pytest.raises(fenceq.ConfigError):
         rollback(url, to_version=3)
     assert all(check.ok for check in migrate(url))
+
+
+def test_the_upgrade_step_does_not_stop_queue_traffic(v1_database):
+    """While the v1 -> v2 step's transaction is open, claims, completions and
+    submissions still run (with a lock timeout, a wait would raise 55P03):
+    the step takes no lock on a table that blocks them."""
+    import psycopg
+
+    url, v1 = v1_database
+    if not url.startswith("postgresql"):
+        pytest.skip("SQLite serialises every write on the file")
+    step = (ROOT / "migrations" / "postgres" / "sql" / "0002_fenceq_v2.sql").read_text(encoding="utf-8")
+    with psycopg.connect(url) as upgrading, psycopg.connect(url, autocommit=True) as traffic:
+        upgrading.execute(step)  # open, not committed
+        traffic.execute("SET lock_timeout = '2s'")
+        claim = traffic.execute("SELECT job_id, generation, claim_token FROM fenceq.claim_next('{work}', 'w', 'tok-up')"
+                                ).fetchone()
+        assert claim[0] == v1["pending"][0]
+        assert traffic.execute("SELECT fenceq.complete(%s, 'w', %s, %s)", claim).fetchone() == (True,)
+        assert traffic.execute("SELECT fenceq.submit('work', 'during')").fetchone()[0]
+        upgrading.commit()
+    assert all(check.ok for check in migrate(url))  # records the step; the text ran already
+    with fenceq.connect(url) as client:
+        assert client.version() == "2"

@@ -6,14 +6,15 @@ time in nested helper calls and in statements a single one could do. Version
 version 1 made them, so every row a v1 database holds (claimed jobs and
 their fences, submission identities, the claim ledger, dead letters) is
 read by v2 as it is. The step applies sql/0002_fenceq_v2.sql: it drops the
-private helpers v2 no longer has, then runs the complete, idempotent v2
-install (the text `fenceq sql` printed at this release). It replaces
-functions only: it takes no lock on the job table beyond a moment's
-catalog lock per function, and no row is rewritten.
+private helper v2 no longer has, then runs parts 2 to 9 of the v2 install
+(functions, views, privileges, the admission check), not part 1 (tables
+and indexes). No row is rewritten, and the tables take only ACCESS SHARE
+locks, so claims, completions and submissions go on during the step; the
+views are locked while it runs (docs/dba.md, section 7).
 
 Rollback reinstalls version 1's functions from the frozen v1 text (itself
-idempotent) and drops what only v2 has. Nothing is lost, so it is never
-refused.
+idempotent; being version 1's text, it does lock the tables while it runs)
+and drops what only v2 has. Nothing is lost, so it is never refused.
 """
 
 from pathlib import Path

@@ -37,17 +37,22 @@ BEGIN
         EXECUTE format('GRANT fenceq_owner TO %I', current_user);
     END IF;
     EXECUTE 'ALTER SCHEMA fenceq OWNER TO fenceq_owner';
+    -- Only what another role owns: ALTER TABLE ... OWNER takes an ACCESS
+    -- EXCLUSIVE lock even when the owner stays the same, and an upgrade
+    -- must not stop the queue for nothing.
     FOR v_object IN
         SELECT format('ALTER %s %s OWNER TO fenceq_owner',
                       CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::regclass) AS stmt
           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
          WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
+           AND c.relowner <> 'fenceq_owner'::regrole
         UNION ALL
         SELECT format('ALTER FUNCTION %s OWNER TO fenceq_owner', p.oid::regprocedure)
           FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-         WHERE n.nspname = 'fenceq'
+         WHERE n.nspname = 'fenceq' AND p.proowner <> 'fenceq_owner'::regrole
         UNION ALL
         SELECT 'ALTER TYPE fenceq.claim OWNER TO fenceq_owner'
+          FROM pg_type AS t WHERE t.oid = 'fenceq.claim'::regtype AND t.typowner <> 'fenceq_owner'::regrole
     LOOP
         EXECUTE v_object.stmt;
     END LOOP;
