@@ -147,11 +147,14 @@ def machine_facts() -> dict[str, str]:
     return facts
 
 
+MEASURED_CODE = ["sql", "python_client", "migrations"]
+
+
 def git_commit(repo: Path) -> str:
-    commit = _run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]) or "unknown"
-    # Only the measured code counts as a change (not the figures this run writes).
-    dirty = _run(["git", "-C", str(repo), "status", "--porcelain", "--", "sql", "python_client",
-                  "migrations"])
+    """The last commit that changed the measured code (not the harness or
+    the figures), marked when the working tree changes it further."""
+    commit = _run(["git", "-C", str(repo), "log", "-1", "--format=%h", "--", *MEASURED_CODE]) or "unknown"
+    dirty = _run(["git", "-C", str(repo), "status", "--porcelain", "--", *MEASURED_CODE])
     return commit + ("+changes" if dirty else "")
 
 

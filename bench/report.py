@@ -87,14 +87,15 @@ def target_rows(run: dict) -> dict[str, dict[str, Any]]:
     rate_row("worker", "worker/fenceq", "worker/pgqueuer")
     latency = run.get("latency", {})
     small, large = run["meta"]["config"]["backlogs"]
-    p50 = {k: statistics.median(v) * 1e3 for k, v in latency.items() if v}
+    p50 = {k: v["p50"] * 1e3 for k, v in latency.items()}
     if f"fenceq/{large}" in p50 and f"bare/{large}" in p50:
         bare_growth = p50[f"bare/{large}"] / p50[f"bare/{small}"]
         rows["latency"] = {
             "bare": f"{p50[f'bare/{small}']:.2f} → {p50[f'bare/{large}']:.2f} ms",
             "fenceq": f"{p50[f'fenceq/{small}']:.2f} → {p50[f'fenceq/{large}']:.2f} ms",
             "ratio": p50[f"fenceq/{large}"] / p50[f"fenceq/{small}"],
-            "note": f"growth to {_label(large)} (bare {bare_growth:.2f}×)"}
+            "note": f"growth to {_label(large)} (bare {bare_growth:.2f}×; fenceq ÷ bare growth "
+                    f"{p50[f'fenceq/{large}'] / p50[f'fenceq/{small}'] / bare_growth:.2f}×)"}
     sqlite = run.get("sqlite", {}).get("FULL")
     if sqlite:
         for op in ("drain", "submit"):
@@ -187,14 +188,17 @@ def _nested_tables(run: dict, limit: int = 10) -> list[str]:
         out += ["", f"**{label}**: {top['total_ms'] * 1000 / per_call:,.1f} µs per call at top level, "
                 f"{sum(s['calls'] for s in nested) / per_call:.1f} nested statements per call "
                 f"({w['calls']:,} calls). A nested row's time includes the statements it runs in turn.", "",
-                "| nested statement | runs per call | mean µs | µs per call |", "|---|---:|---:|---:|"]
+                "| nested statement | runs per call | mean µs | µs per call | plans per call | "
+                "planning µs per call |", "|---|---:|---:|---:|---:|---:|"]
         for s in nested[:limit]:
             text = s["query"] if len(s["query"]) <= 110 else s["query"][:107] + "..."
             out.append(f"| `{_cell(text)}` | {s['calls'] / per_call:.2f} | "
-                       f"{s['total_ms'] * 1000 / s['calls']:,.1f} | {s['total_ms'] * 1000 / per_call:,.1f} |")
+                       f"{s['total_ms'] * 1000 / s['calls']:,.1f} | {s['total_ms'] * 1000 / per_call:,.1f} | "
+                       f"{s.get('plans', 0) / per_call:.2f} | {s.get('plan_ms', 0) * 1000 / per_call:,.1f} |")
         if len(nested) > limit:
-            rest = sum(s["total_ms"] for s in nested[limit:]) * 1000 / per_call
-            out.append(f"| *{len(nested) - limit} more* | | | {rest:,.1f} |")
+            rest = nested[limit:]
+            out.append(f"| *{len(rest)} more* | | | {sum(s['total_ms'] for s in rest) * 1000 / per_call:,.1f} "
+                       f"| | {sum(s.get('plan_ms', 0) for s in rest) * 1000 / per_call:,.1f} |")
     return out
 
 
@@ -249,8 +253,8 @@ def _worker_section(run: dict) -> list[str]:
     if wake:
         out += ["", f"Wake-up latency of an idle fenceq worker (polling every 30 s, so only LISTEN/NOTIFY "
                 f"wakes it), from just before `submit` on another connection to the handler's first line, "
-                f"{len(wake)} samples: **p50 {statistics.median(wake) * 1e3:.2f} ms**, p90 "
-                f"{_pct(wake, 0.9) * 1e3:.2f} ms, p99 {_pct(wake, 0.99) * 1e3:.2f} ms (earlier target: "
+                f"{wake['n']} samples: **p50 {wake['p50'] * 1e3:.2f} ms**, p90 "
+                f"{wake['p90'] * 1e3:.2f} ms, p99 {wake['p99'] * 1e3:.2f} ms (earlier target: "
                 "p50 ≤ 10 ms)."]
     profile = w.get("profile")
     if profile:
@@ -290,19 +294,25 @@ def _commit_probe_text(run: dict) -> str:
             "latency other load on the machine moves, which bounds the 1-worker figures.")
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """What the report shows of a latency sample (the run keeps only this)."""
+    ordered = sorted(samples)
+
+    def at(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+    return {"p50": statistics.median(ordered), "p90": at(0.9), "p95": at(0.95), "p99": at(0.99),
+            "n": len(ordered)}
 
 
 def _latency_table(run: dict) -> list[str]:
     out = ["| pending | system | p50 ms | p95 ms | p99 ms | samples |", "|---:|---|---:|---:|---:|---:|"]
     for backlog in run["meta"]["config"]["backlogs"]:
         for system in ("bare", "fenceq"):
-            samples = run.get("latency", {}).get(f"{system}/{backlog}")
-            if samples:
-                out.append(f"| {_label(backlog)} | {system} | {statistics.median(samples) * 1e3:.3f} | "
-                           f"{_pct(samples, 0.95) * 1e3:.3f} | {_pct(samples, 0.99) * 1e3:.3f} | {len(samples)} |")
+            got = run.get("latency", {}).get(f"{system}/{backlog}")
+            if got:
+                out.append(f"| {_label(backlog)} | {system} | {got['p50'] * 1e3:.3f} | "
+                           f"{got['p95'] * 1e3:.3f} | {got['p99'] * 1e3:.3f} | {got['n']} |")
     return out
 
 
@@ -349,8 +359,9 @@ def render_run(run: dict, title: str | None = None) -> str:
         "### SQLite (embedded default)", "", *_sqlite_section(run), "",
         "### Claim latency against backlog", "",
         "One connection; claim + complete timed together; the backlog filled through `submit_batch` "
-        "of 1,000 (bare: its batch insert of the same JSON) and vacuumed; two blocks per system "
-        "alternating order, each after a `CHECKPOINT` and 50 untimed warm-up pairs.", "",
+        f"of 1,000 (bare: its batch insert of the same JSON) and vacuumed; {c['latency_warmup']} untimed "
+        f"pairs per system, then {c['latency_blocks']} blocks per system alternating between the "
+        "systems, each after a `CHECKPOINT`.", "",
         *_latency_table(run), "",
         f"Phases: {phases}." + (f" Most CPU used by other processes in one phase: {busiest[1]:.0%} "
                                  f"({busiest[0]})." if busiest else ""), ""]

@@ -33,7 +33,7 @@ QUEUES = [Q_DRAIN, Q_BATCH, Q_SUBMIT, Q_LATENCY, Q_DIAG, worker_bench.QUEUE, wor
 @dataclass
 class Config:
     rounds: int = 5
-    drain_jobs: dict[int, int] = field(default_factory=lambda: {1: 5000, 4: 10000, 16: 10000})
+    drain_jobs: dict[int, int] = field(default_factory=lambda: {1: 4000, 4: 8000, 16: 8000})
     batch_jobs: int = 20000
     batch_workers: int = 4
     batch_size: int = 10
@@ -42,14 +42,15 @@ class Config:
     submit_batch_calls: int = 20
     owned_batch_calls: int = 5    # owned submit_batch is an order of magnitude slower today
     backlogs: tuple[int, int] = (1_000, 1_000_000)
-    latency_samples: int = 1000   # per system and backlog, in two blocks
-    latency_warmup: int = 50      # per block, not kept
+    latency_samples: int = 1000   # per system and backlog
+    latency_blocks: int = 10      # alternating between the systems
+    latency_warmup: int = 50      # per system and backlog, not kept
     worker_jobs: int = 10000
     worker_rounds: int = 3
     wake_samples: int = 200
     diag_jobs: int = 2000
     sqlite_jobs: int = 2000
-    sqlite_rounds: int = 3
+    sqlite_rounds: int = 5
 
     @classmethod
     def quick(cls) -> "Config":
@@ -192,6 +193,8 @@ class Bench:
         n = c.diag_jobs
         calls = n // c.batch_size
         conn = (await drivers.open_connections(self.url, 1, track="all"))[0]
+        # Planning inside the functions is time outside every statement's execution.
+        await conn.execute("SET pg_stat_statements.track_planning = on")
         try:
             for system in SYSTEMS:
                 for shape, (claim, complete), count, size in (
@@ -284,8 +287,8 @@ class Bench:
             if system == "fenceq":
                 out["profile"] = run
         db.clear_finished(self.admin)
-        out["wake"] = worker_bench.run_child("wake", timed_url, c.wake_samples)["wake"]
-        self.log(f"  wake-up latency p50 {median(out['wake']) * 1e3:.2f} ms")
+        out["wake"] = report.percentiles(worker_bench.run_child("wake", timed_url, c.wake_samples)["wake"])
+        self.log(f"  wake-up latency p50 {out['wake']['p50'] * 1e3:.2f} ms")
 
     async def sqlite(self) -> None:
         c = self.config
@@ -300,27 +303,33 @@ class Bench:
     async def latency(self) -> None:
         """claim + complete p50 on one connection with the queue at each
         backlog (it stays between the backlog and that plus what one stage
-        claims), both systems filled through their batch insert."""
+        claims), both systems filled through their batch insert. Short
+        blocks alternate between the systems, a CHECKPOINT before each, so
+        that both see the same drift in the disk's fsync latency."""
         c = self.config
         conn = self.conns[0]
-        block = c.latency_warmup + c.latency_samples // 2
+        per_block = c.latency_samples // c.latency_blocks
+        stage = c.latency_warmup + per_block * c.latency_blocks
         pending = {system: 0 for system in SYSTEMS}
         for backlog in c.backlogs:
             fill_started = time.monotonic()
             for system in SYSTEMS:
-                db.fill(self.admin, system, Q_LATENCY, backlog + 2 * block - pending[system])
-                pending[system] = backlog + 2 * block
+                db.fill(self.admin, system, Q_LATENCY, backlog + stage - pending[system])
+                pending[system] = backlog
             db.vacuum(self.admin)
             self.results["phases"][f"latency fill {backlog:,}"] = time.monotonic() - fill_started
-            for system in SYSTEMS + SYSTEMS[::-1]:
-                db.checkpoint(self.admin)
-                samples = await drivers.claim_complete_latencies(conn, system, Q_LATENCY, block)
-                pending[system] -= block
-                self.results["latency"].setdefault(f"{system}/{backlog}", []).extend(
-                    samples[c.latency_warmup:])
+            samples: dict[str, list[float]] = {system: [] for system in SYSTEMS}
             for system in SYSTEMS:
-                p50 = median(self.results["latency"][f"{system}/{backlog}"])
-                self.log(f"  claim+complete p50 {system:6} at {backlog:>9,} pending: {p50 * 1e3:.3f} ms")
+                await drivers.claim_complete_latencies(conn, system, Q_LATENCY, c.latency_warmup)
+            for k in range(c.latency_blocks):
+                for system in alternate(k, SYSTEMS):
+                    db.checkpoint(self.admin)
+                    samples[system] += await drivers.claim_complete_latencies(
+                        conn, system, Q_LATENCY, per_block)
+            for system in SYSTEMS:
+                got = self.results["latency"][f"{system}/{backlog}"] = report.percentiles(samples[system])
+                self.log(f"  claim+complete p50 {system:6} at {backlog:>9,} pending: "
+                         f"{got['p50'] * 1e3:.3f} ms")
 
     # -- figures ---------------------------------------------------------------
 

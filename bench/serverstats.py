@@ -104,12 +104,14 @@ class ServerStats:
 
     def _statements(self) -> list[dict]:
         rows = self.conn.execute(
-            "SELECT query, toplevel, calls, total_exec_time, rows, wal_records, wal_fpi, wal_bytes "
+            "SELECT query, toplevel, calls, total_exec_time, plans, total_plan_time, rows, "
+            "wal_records, wal_fpi, wal_bytes "
             "FROM pg_stat_statements WHERE dbid = %s ORDER BY total_exec_time DESC",
             (self.dbid,)).fetchall()
         return [{"query": " ".join(q.split()), "toplevel": top, "calls": calls, "total_ms": total,
-                 "rows": n, "wal_records": wr, "wal_fpi": wf, "wal_bytes": float(wb)}
-                for q, top, calls, total, n, wr, wf, wb in rows
+                 "plans": plans, "plan_ms": plan_ms, "rows": n, "wal_records": wr, "wal_fpi": wf,
+                 "wal_bytes": float(wb)}
+                for q, top, calls, total, plans, plan_ms, n, wr, wf, wb in rows
                 if not any(probe in q for probe in _PROBES)]
 
     def _relations(self, lsn0, lsn1) -> dict[str, dict[str, int]] | None:
