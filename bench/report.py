@@ -183,7 +183,9 @@ def _nested_tables(run: dict, limit: int = 10) -> list[str]:
         if not w:
             continue
         top = _top(w)
-        nested = sorted((s for s in w["statements"] if not s["toplevel"]), key=lambda s: -s["total_ms"])
+        # Planning and execution are counted apart: a row may be planned and never run.
+        nested = sorted((s for s in w["statements"] if not s["toplevel"]),
+                        key=lambda s: -(s["total_ms"] + s.get("plan_ms", 0)))
         per_call = w["calls"]
         out += ["", f"**{label}**: {top['total_ms'] * 1000 / per_call:,.1f} µs per call at top level, "
                 f"{sum(s['calls'] for s in nested) / per_call:.1f} nested statements per call "
@@ -193,7 +195,8 @@ def _nested_tables(run: dict, limit: int = 10) -> list[str]:
         for s in nested[:limit]:
             text = s["query"] if len(s["query"]) <= 110 else s["query"][:107] + "..."
             out.append(f"| `{_cell(text)}` | {s['calls'] / per_call:.2f} | "
-                       f"{s['total_ms'] * 1000 / s['calls']:,.1f} | {s['total_ms'] * 1000 / per_call:,.1f} | "
+                       f"{_n(s['total_ms'] * 1000 / s['calls'] if s['calls'] else None, 1)} | "
+                       f"{s['total_ms'] * 1000 / per_call:,.1f} | "
                        f"{s.get('plans', 0) / per_call:.2f} | {s.get('plan_ms', 0) * 1000 / per_call:,.1f} |")
         if len(nested) > limit:
             rest = nested[limit:]
