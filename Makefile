@@ -48,6 +48,7 @@ clean:
 docs: install pg-start
 	$(BIN)/python scripts/gen-docs
 	$(BIN)/python scripts/gen-sql-reference
+	$(BIN)/python scripts/gen-sqlite
 
 schema: install pg-start
 	$(BIN)/python scripts/dump-schema

@@ -23,7 +23,7 @@ import pytest
 from pytest_postgresql import factories
 
 import fenceq
-from fenceq._sqlite import database_path
+from fenceq.backends.sqlite import database_path
 from fenceq.migrate import migrate
 
 PG_PORT = int(os.environ.get("FENCEQ_TEST_PG_PORT", "54329"))

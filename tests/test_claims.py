@@ -1,4 +1,4 @@
-"""Workers: claims, fences and fenced writes (CONTRACT §1, §3)."""
+"""Workers: claims, fences and fenced writes (docs/guarantees.md §1, §3)."""
 
 import time
 from datetime import datetime, timedelta, timezone

@@ -1,4 +1,4 @@
-"""Submission fingerprints: golden vectors shared by every backend (CONTRACT §4)."""
+"""Submission fingerprints: golden vectors shared by every backend (docs/guarantees.md §4)."""
 
 import json
 from datetime import datetime
@@ -67,3 +67,33 @@ def test_json_nested_128_deep_is_fingerprinted_and_129_is_refused(client, queue)
             call()
         assert info.value.sqlstate == "QF103"
     assert [s.pending for s in client.stats()] == [1]
+
+
+def test_submit_batch_stores_the_golden_fingerprints(client, queue):
+    """A batch stores the fingerprints submit would, whichever path it takes
+    (PostgreSQL's set-based owned path serves the vectors without job ids,
+    active keys, times or force)."""
+    for vector in GOLDEN:
+        (job_id,) = client.submit_batch(queue, [_arguments(vector["request"])])
+        assert client.get_job(job_id).fingerprint == vector["fingerprint"], vector["request"]
+
+
+def test_owned_batch_replays_and_conflicts_like_submit(client, queue):
+    first = client.submit(queue, "t", {"b": [1, {"z": 2, "a": None}], "a": "é"}, submission_id="s1")
+    ids = client.submit_batch(queue, [
+        {"task": "t", "payload": {"a": "é", "b": [1, {"a": None, "z": 2}]}, "submission_id": "s1"},  # replay
+        {"task": "t", "submission_id": "s2", "priority": 5, "max_attempts": 2},
+        {"task": "u"},
+        {"task": "t", "submission_id": "s2", "priority": 5, "max_attempts": 2},  # repeated in the batch
+    ])
+    assert ids[0] == first and ids[1] == ids[3] and len(set(ids)) == 3
+    job = client.get_job(ids[1])
+    assert (job.priority, job.max_attempts, job.submission_id) == (5, 2, "s2")
+    assert client.submit(queue, "t", submission_id="s2", priority=5, max_attempts=2) == ids[1]
+    before = [s.pending for s in client.stats()]
+    with pytest.raises(fenceq.SubmissionConflict) as info:
+        client.submit_batch(queue, [{"task": "t", "submission_id": "s3"},
+                                    {"task": "t", "submission_id": "s1"}])  # s1 holds another request
+    assert info.value.sqlstate == "QF201" and "index 1" in str(info.value)
+    assert [s.pending for s in client.stats()] == before
+    assert client.submit(queue, "other", submission_id="s3") != first  # s3 was not retained

@@ -9,13 +9,13 @@ from fenceq.migrate import migrate, rollback
 
 
 def test_up_down_up_round_trip(db):
-    assert rollback(db.url) == ["0001_fenceq_v1"]
+    assert rollback(db.url) == ["0002_fenceq_v2", "0001_fenceq_v1"]
     with pytest.raises(FenceqError):
         with db.connect() as client:
             client.create_queue("gone")
     assert all(check.ok for check in migrate(db.url))
     with db.connect() as client:
-        assert client.version() == "1"
+        assert client.version() == "2"
         client.create_queue("q")
 
 
@@ -33,5 +33,8 @@ def test_downgrade_refuses_to_lose_data_unless_allowed(db, at_risk):
     assert info.value.sqlstate == "QF901"
     with db.connect() as client:
         assert [s.queue for s in client.stats()] == ["q"]  # nothing was dropped
+        # Each step is its own transaction: v2 -> v1 loses nothing and went
+        # through; only the step that would drop the data refused.
+        assert client.version() == "1"
     assert rollback(db.url, allow_data_loss=True) == ["0001_fenceq_v1"]
     assert all(check.ok for check in migrate(db.url))

@@ -1,4 +1,4 @@
-"""Concurrency on PostgreSQL with real concurrent sessions (CONTRACT §1, §3, §5)."""
+"""Concurrency on PostgreSQL with real concurrent sessions (docs/guarantees.md §1, §3, §5)."""
 
 from __future__ import annotations
 
@@ -208,3 +208,45 @@ def test_batches_with_shared_identities_in_opposite_orders_do_not_deadlock(pg):
         list(pool.map(submit, [False, True]))
     rows = pg.sql("SELECT active_key, count(*) FROM fenceq._jobs WHERE status = 'pending' GROUP BY 1 ORDER BY 1")
     assert rows == [("k1", 1), ("k2", 1), ("k3", 1)]
+
+
+FENCED_WRITES = {
+    "complete": lambda client, fence: client.complete(fence, {"late": True}),
+    "heartbeat": lambda client, fence: client.heartbeat(fence),
+    "fail": lambda client, fence: client.fail(fence, "late"),
+    "release": lambda client, fence: client.release(fence),
+    "checkpoint": lambda client, fence: client.checkpoint(fence, "late", {"v": 1}),
+}
+
+
+@pytest.mark.parametrize("write", sorted(FENCED_WRITES))
+def test_every_fenced_write_judges_the_lease_after_its_lock_wait(pg, write):
+    """The writer is seen waiting on the row lock (pg_stat_activity) while
+    the lease lapses; once it gets the lock it must refuse."""
+    with pg.connect() as client:
+        client.create_queue("q")
+        client.submit("q", "t")
+        c = client.claim_next(["q"], "w", fenceq.new_claim_token(), lease=timedelta(seconds=1))
+        outcome = {}
+        with psycopg.connect(pg.url) as locker:
+            locker.execute("SELECT 1 FROM fenceq._jobs WHERE job_id = %s FOR UPDATE", (c.job_id,))
+
+            def write_while_blocked():
+                with pg.connect() as writer:
+                    outcome[write] = FENCED_WRITES[write](writer, c.fence)
+
+            thread = threading.Thread(target=write_while_blocked)
+            thread.start()
+            waiting = ("SELECT count(*) FROM pg_stat_activity"
+                       " WHERE wait_event_type = 'Lock' AND datname = current_database()")
+            with psycopg.connect(pg.url, autocommit=True) as watcher:  # a fresh snapshot per poll
+                deadline = time.monotonic() + 30
+                while watcher.execute(waiting).fetchone()[0] == 0:
+                    assert time.monotonic() < deadline, "the write never waited for the row lock"
+                    time.sleep(0.01)
+            wait_until_past(c.lease_expires_at)
+            locker.commit()
+        thread.join(30)
+        assert outcome[write] in (False, None)  # checkpoint answers NULL without a live fence
+        job = client.get_job(c.job_id)
+        assert (job.status, job.result, job.generation) == ("claimed", None, 1)

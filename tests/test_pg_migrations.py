@@ -1,4 +1,4 @@
-"""Install script and migrations on PostgreSQL (CONTRACT §9)."""
+"""Install script and migrations on PostgreSQL (docs/guarantees.md §9)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from yoyo import get_backend, read_migrations
 
 from conftest import pg_url
-from fenceq.migrate import _yoyo_url_pg, install_script, migrate
-from fenceq.migrate import migrations_dir
+from fenceq.backends.migrations import _yoyo_url_pg, install_script, migrate
+from fenceq.backends.migrations import migrations_dir
 
 
 @pytest.fixture
@@ -28,13 +28,14 @@ def empty_db(pg):
 
 def _applied(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
-        return [r[0] for r in conn.execute("SELECT migration_id FROM fenceq_migrations._yoyo_migration")]
+        return [r[0] for r in conn.execute("SELECT migration_id FROM fenceq_migrations._yoyo_migration"
+                                            " ORDER BY migration_id")]
 
 
 def test_migrate_is_idempotent(empty_db):
     assert all(c.ok for c in migrate(empty_db))
     assert all(c.ok for c in migrate(empty_db))
-    assert _applied(empty_db) == ["0001_fenceq_v1"]
+    assert _applied(empty_db) == ["0001_fenceq_v1", "0002_fenceq_v2"]
 
 
 def test_install_script_records_the_migrations(empty_db):
@@ -54,7 +55,7 @@ def test_concurrent_migrations_all_succeed(empty_db):
     with ProcessPoolExecutor(4) as pool:
         results = list(pool.map(migrate, [empty_db] * 4))
     assert all(all(c.ok for c in checks) for checks in results)
-    assert _applied(empty_db) == ["0001_fenceq_v1"]
+    assert _applied(empty_db) == ["0001_fenceq_v1", "0002_fenceq_v2"]
 
 
 def test_rollback_then_upgrade_again(empty_db):
@@ -107,7 +108,7 @@ def test_downgrade_refuses_to_lose_identities_unless_allowed(empty_db):
     assert info.value.sqlstate == "QF901"
     with fenceq.connect(empty_db) as client:
         assert client.submit("q", "t", submission_id="keep-me")  # nothing was dropped
-    assert _applied(empty_db) == ["0001_fenceq_v1"]
+    assert _applied(empty_db) == ["0001_fenceq_v1"]  # v2 -> v1 lost nothing and went through
     assert rollback(empty_db, allow_data_loss=True) == ["0001_fenceq_v1"]
     assert _applied(empty_db) == []
     assert all(c.ok for c in migrate(empty_db))  # up again

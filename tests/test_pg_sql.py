@@ -1,5 +1,5 @@
 """The SQL surface as a service in another language sees it: raw SQL calls,
-untyped literals, SQLSTATEs, notifications and admission (CONTRACT §2, §3, §6)."""
+untyped literals, SQLSTATEs, notifications and admission (docs/guarantees.md §2, §3, §6)."""
 
 from __future__ import annotations
 
@@ -220,13 +220,34 @@ def test_notifications(seeded):
 
 def test_every_function_has_a_comment_and_is_locked_down(seeded):
     rows = seeded.sql("""
-        SELECT p.proname, obj_description(p.oid, 'pg_proc') IS NOT NULL, p.prosecdef, p.proconfig
-          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fenceq'""")
+        SELECT p.proname, obj_description(p.oid, 'pg_proc') IS NOT NULL, p.prosecdef, p.proconfig,
+               l.lanname, p.provolatile
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+         WHERE n.nspname = 'fenceq'""")
     assert len(rows) > 30
-    for name, commented, definer, config in rows:
-        assert commented and definer, name
+    inlined = set()
+    for name, commented, definer, config, language, volatility in rows:
+        assert commented, name
+        if not definer:  # a private helper the planner inlines into its caller
+            assert name.startswith("_") and language == "sql" and config is None, name
+            inlined.add(name)
+            continue
         planner = {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"}
         assert [c for c in config if c not in planner] == ["search_path=pg_catalog, fenceq, pg_temp"], name
+    assert inlined == {"_is_plain_duration", "_is_plain_fence", "_is_plain_json", "_is_plain_time", "_new_job_id",
+                       "_is_plain_json_int"}
+
+
+@pytest.mark.parametrize("name, definition", [
+    ("_tampered", "LANGUAGE plpgsql IMMUTABLE AS $$BEGIN RETURN true; END$$"),  # not inlinable
+    ("_tampered", "LANGUAGE sql IMMUTABLE SET search_path = public RETURN true"),  # its own settings
+    ("tampered", "LANGUAGE sql IMMUTABLE RETURN true"),  # a public function is never one
+])
+def test_verify_schema_refuses_a_helper_that_is_not_inlined(seeded, name, definition):
+    seeded.sql(f"CREATE FUNCTION fenceq.{name}() RETURNS boolean {definition}")
+    with seeded.connect() as client:
+        refused = [c.detail for c in client.verify_schema() if c.check_name == "security_definer" and not c.ok]
+    assert refused == [f"not SECURITY DEFINER: {name}"]
 
 
 def test_verify_schema_refuses_tampering(seeded):

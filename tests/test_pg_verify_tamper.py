@@ -1,5 +1,5 @@
 """verify_schema on PostgreSQL: every admission check, tested by tampering
-with a fresh install (CONTRACT §3)."""
+with a fresh install (docs/guarantees.md §3)."""
 
 from __future__ import annotations
 

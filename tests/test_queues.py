@@ -1,4 +1,4 @@
-"""Queues: create_queue, alter_queue, pause/resume, notify (CONTRACT §3)."""
+"""Queues: create_queue, alter_queue, pause/resume, notify (docs/guarantees.md §3)."""
 
 from datetime import timedelta
 

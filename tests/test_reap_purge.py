@@ -1,4 +1,4 @@
-"""reap and purge (CONTRACT §3)."""
+"""reap and purge (docs/guarantees.md §3)."""
 
 from datetime import datetime, timedelta, timezone
 

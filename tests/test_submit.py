@@ -1,4 +1,4 @@
-"""Producers: submit, submit_batch, submission identity, active keys (CONTRACT §3-§5)."""
+"""Producers: submit, submit_batch, submission identity, active keys (docs/guarantees.md §3-§5)."""
 
 from datetime import datetime, timedelta, timezone
 

@@ -17,7 +17,7 @@ const { Client } = require('pg');
 // --- Errors: switch on the SQLSTATE, never on the message ----------------
 
 // What a caller should do about an error, from its SQLSTATE (err.code).
-// CONTRACT §6: QF1xx / class 22 / 42501 / 42883 are bugs or configuration,
+// docs/guarantees.md §6: QF1xx / class 22 / 42501 / 42883 are bugs or configuration,
 // QF2xx conflicts of a submission, QF3xx conflicts of a claim. Anything
 // else (a lost connection, 40001, 40P01, 57P01, ...) leaves the outcome
 // unknown: retry the same submission (same submission_id), or ask

@@ -4,9 +4,10 @@ Why: creates everything fenceq 1 needs in the schema "fenceq": the private
 tables and indexes, the claim type, every function of CONTRACT §3, the
 views, ownership by fenceq_owner with nothing granted to PUBLIC, and the
 verify_schema admission check (the step fails, and rolls back, when a check
-fails). It applies the reviewed files of sql/postgres/ listed below, the same
-text `fenceq sql` prints. A later change to the schema adds a new migration
-and a new file; it never edits these.
+fails). It applies sql/0001_fenceq_v1.sql: the text `fenceq sql`
+printed for version 1, frozen at release (commit 8e56bfc). Released
+migrations never change (tests/test_migration_texts.py holds their
+digests); a later change to the schema adds a new migration.
 
 Rollback drops the schema and everything in it: every job, submission
 identity and claim ledger row is lost. It first locks the tables, then
@@ -15,16 +16,15 @@ unless the session set fenceq.allow_data_loss = on
 (`fenceq.migrate.rollback(url, allow_data_loss=True)`).
 """
 
+from pathlib import Path
+
 from yoyo import step
 
-from fenceq.migrate import read_sql
-
-FILES = ["010_schema.sql", "020_helpers.sql", "030_queues.sql", "040_submit.sql",
-         "050_workers.sql", "060_operators.sql", "070_verify.sql", "090_privileges.sql"]
+SQL = Path(__file__).parent / "sql" / "0001_fenceq_v1.sql"
 
 
 def apply(conn):
-    conn.cursor().execute(read_sql("postgres", FILES))
+    conn.cursor().execute(SQL.read_text(encoding="utf-8"))
 
 
 ROLLBACK = """

@@ -2,11 +2,12 @@
 
 Why: creates everything fenceq 1 needs in the database file: the private
 STRICT tables and their indexes, the public views, and the schema version
-(PRAGMA user_version = 1) that version.sql reports. It applies the reviewed
-sql/sqlite/schema.sql, the same text `fenceq sql --backend sqlite` prints.
-The operations themselves are the statement files of sql/sqlite/, run by
-the client; they are not stored in the database. A later change to the
-schema adds a new migration and a new file; it never edits this one.
+(PRAGMA user_version = 1) that version.sql reports. It applies
+sql/0001_fenceq_v1.sql: sql/sqlite/schema.sql as released in
+version 1 (commit 8e56bfc), frozen. The operations themselves are the
+statement files of sql/sqlite/, run by the client; they are not stored in
+the database. Released migrations never change
+(tests/test_migration_texts.py holds their digests).
 
 Rollback drops the tables and views: every job, submission identity and
 claim ledger row is lost. It first takes the write lock, then refuses
@@ -16,20 +17,34 @@ FENCEQ_ALLOW_DATA_LOSS=1 is set in its environment
 """
 
 import os
+import sqlite3
+from pathlib import Path
 
 from yoyo import step
 
-from fenceq._sqlite import schema_statements
 from fenceq.errors import config_error
+
+SQL = Path(__file__).parent / "sql" / "0001_fenceq_v1.sql"
 
 TABLES = ["fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
           "fenceq__checkpoints", "fenceq__dead_letters"]
 VIEWS = ["fenceq_jobs", "fenceq_attempts", "fenceq_queue_stats", "fenceq_dead_letters"]
 
 
+def statements(text):
+    """Split a script into complete statements (a trigger body stays whole)."""
+    pending = ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n\t;"):
+                yield pending
+            pending = ""
+
+
 def apply(conn):
     cursor = conn.cursor()
-    for statement in schema_statements():
+    for statement in statements(SQL.read_text(encoding="utf-8")):
         cursor.execute(statement)
 
 

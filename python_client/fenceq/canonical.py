@@ -1,4 +1,4 @@
-"""Canonical JSON and submission fingerprints (CONTRACT §4), byte-identical
+"""Canonical JSON and submission fingerprints (docs/guarantees.md §4), byte-identical
 to what PostgreSQL computes in ``fenceq._canonical_json`` and
 ``fenceq._fingerprint``.
 

@@ -1,8 +1,12 @@
 """The ``fenceq`` command line.
 
 Every command takes ``--url`` (default $FENCEQ_DATABASE_URL, else the embedded
-SQLite file ./fenceq.db). A user mistake or a refused operation prints one
-line on stderr and exits non-zero; never a traceback.
+SQLite file ./fenceq.db). Commands that act on something name it as a
+subcommand and its argument (``fenceq queue pause NAME``, ``fenceq dlq replay
+ID``). ``stats``, ``job`` and ``dlq list`` print JSON with ``--json``. A user
+mistake or a refused operation prints one line on stderr and exits non-zero;
+never a traceback. The guarantees behind each command are in
+docs/guarantees.md.
 
 Exit codes: 0 success; 1 the command ran and found a failure (a verify check,
 a dead letter that could not be replayed, a demo step that did not happen);
@@ -14,12 +18,14 @@ conflict); 3 the database could not be reached or the outcome is unknown;
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import re
 import sys
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from .client import connect, resolve_url
 from .errors import FenceqError, PersistenceFailed
@@ -30,6 +36,24 @@ EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 class UserError(Exception):
     """A mistake in the command line or its inputs: one line, exit 2."""
+
+
+def _json_value(value: Any) -> Any:
+    """Machine-readable output: timestamps in ISO 8601 (UTC), intervals in
+    seconds, records as objects with their fields in declaration order."""
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if dataclasses.is_dataclass(value):
+        return {f.name: _json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_json_value(item) for item in value]
+    return value
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(_json_value(value), indent=2, ensure_ascii=False))
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -51,7 +75,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     from .migrate import rollback
 
-    undone = rollback(resolve_url(args.url), allow_data_loss=args.allow_data_loss)
+    undone = rollback(resolve_url(args.url), allow_data_loss=args.allow_data_loss, to_version=args.to)
     print("fenceq: rolled back " + (", ".join(undone) if undone else "nothing (no migration applied)"))
     return 0
 
@@ -72,11 +96,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with connect(args.url) as client:
         stats = client.stats()
+    if args.json:
+        _print_json(stats)
+        return 0
     columns = ["queue", "pending", "due", "claimed", "cancel_requested", "oldest_due_age", "paused", "notify"]
     print(_table([{c: getattr(s, c) for c in columns} for s in stats], columns))
     return 0
-
-
 
 
 # Helpers ---------------------------------------------------------------------------
@@ -188,12 +213,23 @@ def _request_times(request: dict[str, Any], where: str) -> dict[str, Any]:
 
 # Producers -------------------------------------------------------------------------
 
+# What one request sets on the command line (as spelled there); with --file
+# each line sets it instead.
+_REQUEST_OPTIONS = {"task": "TASK", "payload": "PAYLOAD", **{
+    name: "--" + name.replace("_", "-") for name in ("submission_id", "job_id", "priority", "run_at", "delay",
+                                                     "expires_in", "max_attempts", "active_key", "force")}}
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    if args.file:
+        given = [spelled for name, spelled in _REQUEST_OPTIONS.items() if getattr(args, name) not in (None, False)]
+        if given:
+            raise UserError("with --file each line is a whole request; drop " + ", ".join(given))
+    elif args.task is None:
+        raise UserError("submit needs a TASK (or --file)")
     with connect(args.url) as client:
         if args.file:
             return _submit_file(client, args)
-        if args.task is None:
-            raise UserError("submit needs a TASK (or --file)")
         run_at = args.run_at
         if args.delay is not None:
             run_at = datetime.now(timezone.utc) + args.delay
@@ -249,6 +285,9 @@ def cmd_job(args: argparse.Namespace) -> int:
     if job is None:
         print("fenceq: no such job", file=sys.stderr)
         return EXIT_FAILED
+    if args.json:
+        _print_json({**_json_value(job), "claims": _json_value(attempts)})
+        return 0
     fields = ["job_id", "queue", "task", "status", "attempts", "max_attempts", "generation", "owner_id",
               "lease_expires_at", "cancel_requested", "pid", "run_at", "created_at", "finished_at",
               "submission_id", "active_key", "dlq_id"]
@@ -272,65 +311,77 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 # Queues ----------------------------------------------------------------------------
 
-def cmd_queue(args: argparse.Namespace) -> int:
+def cmd_queue_create(args: argparse.Namespace) -> int:
     with connect(args.url) as client:
-        if args.action == "create":
-            created = client.create_queue(
-                args.name, lease=args.lease, max_attempts=args.max_attempts,
-                backoff_base=args.backoff_base, backoff_factor=args.backoff_factor,
-                backoff_max=args.backoff_max, dead_letter=False if args.no_dead_letter else None)
-            print(f"queue {args.name}: " + ("created" if created else "already exists with these settings"))
-        elif args.action == "pause":
-            print(f"queue {args.name}: " + ("paused" if client.pause_queue(args.name) else "was already paused"))
-        elif args.action == "resume":
-            print(f"queue {args.name}: " + ("resumed" if client.resume_queue(args.name) else "was not paused"))
+        created = client.create_queue(
+            args.name, lease=args.lease, max_attempts=args.max_attempts,
+            backoff_base=args.backoff_base, backoff_factor=args.backoff_factor,
+            backoff_max=args.backoff_max, dead_letter=False if args.no_dead_letter else None)
+    print(f"queue {args.name}: " + ("created" if created else "already exists with these settings"))
+    return 0
+
+
+def cmd_queue_pause(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        changed = client.pause_queue(args.name)
+    print(f"queue {args.name}: " + ("paused" if changed else "was already paused"))
+    return 0
+
+
+def cmd_queue_resume(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        changed = client.resume_queue(args.name)
+    print(f"queue {args.name}: " + ("resumed" if changed else "was not paused"))
     return 0
 
 
 # Dead letters ----------------------------------------------------------------------
 
-def cmd_dlq(args: argparse.Namespace) -> int:
+def cmd_dlq_list(args: argparse.Namespace) -> int:
     with connect(args.url) as client:
-        if args.action == "list":
-            letters = client.dead_letters(queue=args.queue, include_handled=args.all, limit=args.limit)
-            rows = [{"dlq_id": d.dlq_id, "job_id": d.job_id, "queue": d.queue, "task": d.task,
-                     "attempts": d.attempts, "failed_at": _short_time(d.failed_at),
-                     "state": "replayed" if d.replayed_at else "discarded" if d.discarded_at else "open",
-                     "error": _one_line(d.error, 60)} for d in letters]
-            if not rows:
-                print("no dead letters" + ("" if args.all else " (open; --all shows handled ones too)"))
-            else:
-                print(_table(rows, ["dlq_id", "job_id", "queue", "task", "attempts", "failed_at", "state",
-                                    "error"]))
-            return 0
-        ids = list(args.ids)
-        if args.every:
-            if ids:
-                raise UserError("give dead-letter ids or --all, not both")
+        letters = client.dead_letters(queue=args.queue, include_handled=args.include_handled,
+                                      limit=args.limit)
+    if args.json:
+        _print_json(letters)
+        return 0
+    rows = [{"dlq_id": d.dlq_id, "job_id": d.job_id, "queue": d.queue, "task": d.task,
+             "attempts": d.attempts, "failed_at": _short_time(d.failed_at),
+             "state": "replayed" if d.replayed_at else "discarded" if d.discarded_at else "open",
+             "error": _one_line(d.error, 60)} for d in letters]
+    if not rows:
+        print("no dead letters" + ("" if args.include_handled else
+                                   " (open; --include-handled shows handled ones too)"))
+    else:
+        print(_table(rows, ["dlq_id", "job_id", "queue", "task", "attempts", "failed_at", "state", "error"]))
+    return 0
+
+
+def cmd_dlq_handle(args: argparse.Namespace) -> int:
+    """``dlq replay`` and ``dlq discard``: the named letters, or --all open ones."""
+    replay = args.action == "replay"
+    ids = list(args.ids)
+    if args.all and ids:
+        raise UserError("give dead-letter ids or --all, not both")
+    if args.queue is not None and not args.all:
+        raise UserError("--queue goes with --all")
+    if not args.all and not ids:
+        raise UserError(f"dlq {args.action} needs dead-letter ids (or --all)")
+    with connect(args.url) as client:
+        if args.all:
             ids = _all_open_letters(client, args.queue)
-        elif not ids:
-            raise UserError(f"dlq {args.action} needs dead-letter ids (or --all)")
         progress = Progress(f"{args.action}ing dead letters", len(ids))
         missed = 0
         for dlq_id in ids:
-            if args.action == "replay":
-                job_id = client.replay_dead_letter(dlq_id)
-                if job_id is None:
-                    missed += 1
-                    print(f"{dlq_id}: unknown or already handled", file=sys.stderr)
-                elif not progress.enabled or len(ids) == 1:
-                    print(f"{dlq_id}: replayed job {job_id}")
-            else:
-                if not client.discard_dead_letter(dlq_id):
-                    missed += 1
-                    print(f"{dlq_id}: unknown or already handled", file=sys.stderr)
-                elif not progress.enabled or len(ids) == 1:
-                    print(f"{dlq_id}: discarded")
+            job_id = client.replay_dead_letter(dlq_id) if replay else client.discard_dead_letter(dlq_id)
+            if not job_id:
+                missed += 1
+                print(f"{dlq_id}: unknown or already handled", file=sys.stderr)
+            elif not progress.enabled or len(ids) == 1:
+                print(f"{dlq_id}: replayed job {job_id}" if replay else f"{dlq_id}: discarded")
             progress.advance()
         progress.close()
-        verb = "replayed" if args.action == "replay" else "discarded"
-        if len(ids) != 1:
-            print(f"{len(ids) - missed} of {len(ids)} dead letters {verb}")
+    if len(ids) != 1:
+        print(f"{len(ids) - missed} of {len(ids)} dead letters " + ("replayed" if replay else "discarded"))
     return EXIT_FAILED if missed else 0
 
 
@@ -357,23 +408,123 @@ def _one_line(text: str | None, width: int) -> str:
 
 # Worker and demo -------------------------------------------------------------------
 
+def boolean(text: str) -> bool:
+    """1/true/yes/on or 0/false/no/off (an environment variable's switch)."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a switch: {text!r} (use 1 or 0)")
+
+
+def queue_list(text: str) -> list[str]:
+    """Queue names separated by commas (an environment variable's list)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("names no queue")
+    return names
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOption:
+    """A `fenceq worker` option. Its default can be set by the environment
+    variable FENCEQ_WORKER_<NAME>, read with the same parser as the flag;
+    a flag on the command line wins over the variable."""
+
+    flags: tuple[str, ...]
+    parse: Callable[[str], Any]
+    default: Any
+    shown: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flags[-1].lstrip("-").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "FENCEQ_WORKER_" + self.dest.upper()
+
+
+WORKER_OPTIONS = (
+    WorkerOption(("-q", "--queue"), queue_list, None, "the app's queues",
+                 "queue to serve (repeatable; the variable takes names separated by commas)"),
+    WorkerOption(("-c", "--concurrency"), positive_int, 1, "1", "jobs at once"),
+    WorkerOption(("--lease",), duration, None, "the queue's", "lease per claim"),
+    WorkerOption(("--budget",), duration, None, "none", "hard deadline per claim"),
+    WorkerOption(("--drain-timeout",), duration, timedelta(seconds=30), "30s",
+                 "on SIGINT/SIGTERM, wait this long before releasing unfinished jobs"),
+    WorkerOption(("--poll-interval",), duration, None, "0.5s SQLite, 5s PostgreSQL",
+                 "longest idle wait between claims"),
+    WorkerOption(("--reap-interval",), duration, timedelta(seconds=2), "2s",
+                 "how often to reap expired leases (one worker of the fleet at a time)"),
+    WorkerOption(("--reap",), boolean, True, "on", "reap from this worker (--no-reap: leave it to others)"),
+    WorkerOption(("--purge-after",), duration, None, "off", "retention: purge finished jobs older than this"),
+    WorkerOption(("--purge-submissions-after",), duration, None, "off",
+                 "with --purge-after: also forget submission ids older than this"),
+    WorkerOption(("--complete-window",), duration, None, "0", "batch completions within this window"),
+    WorkerOption(("--owner-id",), str, None, "host:pid:random", "worker identity"),
+    WorkerOption(("--record-pid",), boolean, False, "off", "record this process id on each claim"),
+    WorkerOption(("--log-format",), one_of("text", "json"), "text", "text", "text or json"),
+    WorkerOption(("--log-level",), one_of("debug", "info", "warning", "error"), "info", "info",
+                 "debug, info, warning or error"),
+)
+
+
+def add_worker_options(parser: argparse.ArgumentParser) -> None:
+    for option in WORKER_OPTIONS:
+        text = f"{option.help} (default {option.shown}; ${option.env})"
+        if option.parse is boolean:
+            parser.add_argument(*option.flags, dest=option.dest, action=argparse.BooleanOptionalAction,
+                                default=None, help=text)
+        elif option.dest == "queue":
+            parser.add_argument(*option.flags, dest=option.dest, action="append", help=text)
+        else:
+            parser.add_argument(*option.flags, dest=option.dest, type=option.parse, help=text)
+
+
+def worker_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
+    """Each worker option from its flag, else its environment variable, else its default."""
+    settings = {}
+    for option in WORKER_OPTIONS:
+        value = getattr(args, option.dest)
+        text = environ.get(option.env, "").strip()
+        if value is None and text:
+            try:
+                value = option.parse(text)
+            except argparse.ArgumentTypeError as error:
+                raise UserError(f"${option.env}: {error}") from None
+        settings[option.dest] = option.default if value is None else value
+    return settings
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from ._worker_log import configure
     from .worker import Worker, load_app
 
+    settings = worker_settings(args, os.environ)
     try:
         app = load_app(args.app)
     except (ImportError, AttributeError, TypeError) as error:
         raise UserError(f"cannot load the app {args.app!r}: {type(error).__name__}: {error}") from None
-    configure(args.log_format, args.log_level)
+    configure(settings["log_format"], settings["log_level"])
+    window = settings["complete_window"]
     worker = Worker(
-        app, url=args.url, queues=args.queue or None, concurrency=args.concurrency,
-        owner_id=args.owner_id, lease=args.lease, budget=args.budget,
-        drain_timeout=args.drain_timeout, poll_interval=args.poll_interval,
-        reap_interval=None if args.no_reap else args.reap_interval,
-        purge_after=args.purge_after, purge_submissions_after=args.purge_submissions_after,
-        complete_window=args.complete_window.total_seconds() if args.complete_window else 0.0,
-        record_pid=args.record_pid)
+        app, url=args.url, queues=settings["queue"], concurrency=settings["concurrency"],
+        owner_id=settings["owner_id"], lease=settings["lease"], budget=settings["budget"],
+        drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
+        reap_interval=settings["reap_interval"] if settings["reap"] else None,
+        purge_after=settings["purge_after"], purge_submissions_after=settings["purge_submissions_after"],
+        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"])
     worker.run(install_signal_handlers=True)
     return 0
 
@@ -382,6 +533,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(url=args.url, keep=args.keep, quiet=args.quiet)
+
+
+def _could_not_connect(error: BaseException) -> bool:
+    """Whether the driver error behind ``error`` says that no connection was
+    ever opened (the server refused or rejected it, or the SQLite file could
+    not be opened), so that nothing can have happened. Judged on the
+    exception's attributes, never on driver text: psycopg's error from a
+    connection attempt carries a ``pgconn`` that never had a server process;
+    sqlite3 names SQLITE_CANTOPEN."""
+    cause = error.__cause__
+    while cause is not None:
+        pgconn = getattr(cause, "pgconn", None)
+        if pgconn is not None and getattr(pgconn, "backend_pid", None) == 0:
+            return True
+        if getattr(cause, "sqlite_errorname", None) == "SQLITE_CANTOPEN":
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def _hint(error: BaseException) -> str:
@@ -397,37 +566,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fenceq", description="A fenced, owned work queue in the database.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str,
-                parent: Any = commands) -> argparse.ArgumentParser:
-        sub = parent.add_parser(name, help=help, description=help)
-        sub.set_defaults(handler=handler)
+    def command(name: str, handler: Callable[[argparse.Namespace], int] | None, help: str,
+                parent: Any = commands, **extra: Any) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, help=help, description=help, **extra)
+        if handler is not None:
+            sub.set_defaults(handler=handler)
+            sub.add_argument("--url", help="database URL (default: $FENCEQ_DATABASE_URL, else sqlite:///fenceq.db)")
         return sub
 
-    def with_url(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sub.add_argument("--url", help="database URL (default: $FENCEQ_DATABASE_URL, else sqlite:///fenceq.db)")
+    def with_json(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument("--json", action="store_true",
+                         help="print JSON: timestamps in ISO 8601 (UTC), intervals in seconds")
         return sub
 
-    with_url(command("migrate", cmd_migrate, "apply migrations, then verify the schema"))
-    rollback = with_url(command("rollback", cmd_rollback,
-                                "undo every migration (drops fenceq and all its data)"))
+    command("migrate", cmd_migrate, "apply migrations, then verify the schema")
+    rollback = command("rollback", cmd_rollback,
+                       "undo migrations: down to --to VERSION, or every one (drops fenceq and all its data)")
+    rollback.add_argument("--to", type=int, default=0, metavar="VERSION",
+                          help="the schema version to stop at (default 0: undo every migration)")
     rollback.add_argument("--allow-data-loss", action="store_true",
                           help="proceed even though retained submission identities or live claims are lost")
-    sql = command("sql", cmd_sql, "print the complete install script")
+    sql = commands.add_parser("sql", help="print the complete install script",
+                              description="print the complete install script")
+    sql.set_defaults(handler=cmd_sql)
     sql.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
-    with_url(command("verify", cmd_verify, "run verify_schema; exit 1 when a check fails"))
-    with_url(command("stats", cmd_stats, "per-queue counts"))
+    command("verify", cmd_verify, "run verify_schema; exit 1 when a check fails")
+    with_json(command("stats", cmd_stats, "per-queue counts"))
 
-    queue = with_url(command("queue", cmd_queue, "declare, pause or resume a queue"))
-    queue.add_argument("action", choices=["create", "pause", "resume"])
-    queue.add_argument("name", help="queue name")
-    queue.add_argument("--lease", type=duration, help="claim lease (default 30s)")
-    queue.add_argument("--max-attempts", type=positive_int, help="attempts before failing (default 5)")
-    queue.add_argument("--backoff-base", type=duration, help="first retry delay (default 1s)")
-    queue.add_argument("--backoff-factor", type=float, help="retry delay growth (default 2)")
-    queue.add_argument("--backoff-max", type=duration, help="longest retry delay (default 1h)")
-    queue.add_argument("--no-dead-letter", action="store_true", help="do not keep dead letters")
+    queue = command("queue", None, "declare, pause or resume a queue")
+    queue_commands = queue.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = command("create", cmd_queue_create, "declare a queue with its defaults", queue_commands)
+    create.add_argument("name", help="queue name")
+    create.add_argument("--lease", type=duration, help="claim lease (default 30s)")
+    create.add_argument("--max-attempts", type=positive_int, help="attempts before failing (default 5)")
+    create.add_argument("--backoff-base", type=duration, help="first retry delay (default 1s)")
+    create.add_argument("--backoff-factor", type=float, help="retry delay growth (default 2)")
+    create.add_argument("--backoff-max", type=duration, help="longest retry delay (default 1h)")
+    create.add_argument("--no-dead-letter", action="store_true", help="do not keep dead letters")
+    for action, handler, text in (("pause", cmd_queue_pause, "stop claims from a queue (it keeps accepting work)"),
+                                  ("resume", cmd_queue_resume, "allow claims from a paused queue again")):
+        command(action, handler, text, queue_commands).add_argument("name", help="queue name")
 
-    submit = with_url(command("submit", cmd_submit, "submit a job (or a file of JSON lines); prints job ids"))
+    submit = command("submit", cmd_submit, "submit a job (or a file of JSON lines); prints job ids")
     submit.add_argument("queue")
     submit.add_argument("task", nargs="?")
     submit.add_argument("payload", nargs="?", type=json_text, help="JSON payload (default null)")
@@ -446,51 +626,34 @@ def build_parser() -> argparse.ArgumentParser:
                         "({\"task\": ..., \"payload\": ..., \"submission_id\": ...})")
     submit.add_argument("--batch-size", type=positive_int, default=1000, help=argparse.SUPPRESS)
 
-    cancel = with_url(command("cancel", cmd_cancel, "cancel a job (a running one is asked to stop)"))
+    cancel = command("cancel", cmd_cancel, "cancel a job (a running one is asked to stop)")
     cancel.add_argument("job_id")
     cancel.add_argument("--force", action="store_true", help="cancel a running job at once (kills its fence)")
 
-    job = with_url(command("job", cmd_job, "show a job and its claims"))
-    job.add_argument("job_id")
+    with_json(command("job", cmd_job, "show a job and its claims")).add_argument("job_id")
 
-    worker = with_url(command("worker", cmd_worker, "run a worker for an app's tasks"))
+    worker = command("worker", cmd_worker, "run a worker for an app's tasks",
+                     epilog="Every option's default can be set in the environment variable named after "
+                            "it (FENCEQ_WORKER_CONCURRENCY=8, FENCEQ_WORKER_REAP=0, ...); a flag wins "
+                            "over its variable.")
     worker.add_argument("app", help="the App to run, as module:attribute (e.g. myproject.tasks:app)")
-    worker.add_argument("-q", "--queue", action="append", help="queue to serve (repeatable; default: the app's)")
-    worker.add_argument("-c", "--concurrency", type=positive_int, default=1, help="jobs at once (default 1)")
-    worker.add_argument("--lease", type=duration, help="lease per claim (default: the queue's)")
-    worker.add_argument("--budget", type=duration, help="hard deadline per claim (default: none)")
-    worker.add_argument("--drain-timeout", type=duration, default=timedelta(seconds=30),
-                        help="on SIGINT/SIGTERM, wait this long before releasing unfinished jobs (default 30s)")
-    worker.add_argument("--poll-interval", type=duration,
-                        help="longest idle wait between claims (default 0.5s SQLite, 5s PostgreSQL)")
-    worker.add_argument("--reap-interval", type=duration, default=timedelta(seconds=2),
-                        help="how often to reap expired leases (default 2s; one worker at a time)")
-    worker.add_argument("--no-reap", action="store_true", help="never reap from this worker")
-    worker.add_argument("--purge-after", type=duration, help="retention: purge finished jobs older than this")
-    worker.add_argument("--purge-submissions-after", type=duration,
-                        help="with --purge-after: also forget submission ids older than this")
-    worker.add_argument("--complete-window", type=duration, help="batch completions within this window")
-    worker.add_argument("--owner-id", help="worker identity (default host:pid:random)")
-    worker.add_argument("--record-pid", action="store_true", help="record this process id on each claim")
-    worker.add_argument("--log-format", choices=["text", "json"], default="text")
-    worker.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    add_worker_options(worker)
 
-    dlq = commands.add_parser("dlq", help="list, replay or discard dead letters",
-                              description="list, replay or discard dead letters")
+    dlq = command("dlq", None, "list, replay or discard dead letters")
     dlq_commands = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
-    dlq_list = with_url(command("list", cmd_dlq, "list dead letters", dlq_commands))
-    dlq_list.add_argument("--queue")
-    dlq_list.add_argument("--all", action="store_true", help="include replayed and discarded letters")
+    dlq_list = with_json(command("list", cmd_dlq_list, "list dead letters", dlq_commands))
+    dlq_list.add_argument("--queue", help="only this queue's")
+    dlq_list.add_argument("--include-handled", action="store_true",
+                          help="list replayed and discarded letters too")
     dlq_list.add_argument("--limit", type=positive_int, default=100)
     for action, text in (("replay", "put dead-lettered jobs back to pending with a fresh attempt budget"),
                          ("discard", "mark dead letters handled without replaying them")):
-        sub = with_url(command(action, cmd_dlq, text, dlq_commands))
+        sub = command(action, cmd_dlq_handle, text, dlq_commands)
         sub.add_argument("ids", nargs="*", metavar="DLQ_ID")
-        sub.add_argument("--all", dest="every", action="store_true", help="every open dead letter")
+        sub.add_argument("--all", action="store_true", help="every open dead letter, instead of ids")
         sub.add_argument("--queue", help="with --all: only this queue's")
 
     demo = command("demo", cmd_demo, "a guided tour: two workers, a crash, a takeover, fences at work")
-    with_url(demo)
     demo.add_argument("--keep", action="store_true", help="keep the workers' logs (in a temporary folder)")
     demo.add_argument("--quiet", action="store_true", help="print only the summary")
     return parser
@@ -504,13 +667,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fenceq: {error}", file=sys.stderr)
         return EXIT_USAGE
     except PersistenceFailed as error:
-        print(f"{error} [{error.reason}]{_hint(error)}", file=sys.stderr)
+        message = "fenceq: could not connect to the database" if _could_not_connect(error) else str(error)
+        print(f"{message} [{error.reason}]{_hint(error)}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except FenceqError as error:
         print(f"{error} [{error.reason}]{_hint(error)}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as error:
-        if error.name == "fenceq._sqlite":
+        if error.name == "fenceq.backends.sqlite":
             print("fenceq: the embedded SQLite backend is not available in this build; "
                   "pass --url postgresql://… or set FENCEQ_DATABASE_URL", file=sys.stderr)
             return EXIT_USAGE

@@ -1,21 +1,27 @@
-"""The thin client: sync ``Client`` and async ``AsyncClient`` (CONTRACT §8).
+"""The thin client: sync ``Client`` and async ``AsyncClient`` (docs/guarantees.md §8).
 
 Both inherit every method from ``_Operations``: a method validates its
 inputs into an ``Op`` (``ops.py``) and hands it to ``_call``, which the sync
 client runs at once and the async client returns as a coroutine. The
 client retries nothing: after ``PersistenceFailed`` retry the same
-submission, or ``recover_claim`` with the same token.
+submission, or ``recover_claim`` with the same token. The backend behind a
+client is any ``backends.Backend`` / ``backends.AsyncBackend``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import ops
+from .backends import AsyncBackend, Backend, backend_of, open_async_backend, open_backend
+from .backends.migrations import migrate
 from .errors import config_error
 from .types import Claim, ClaimState, DeadLetter, Fence, Job
+
+__all__ = ["AsyncClient", "Client", "backend_of", "connect", "connect_async", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///fenceq.db"
 
@@ -26,19 +32,10 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("FENCEQ_DATABASE_URL") or DEFAULT_URL
 
 
-def backend_of(url: str) -> str:
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
-    if scheme in ("postgresql", "postgres"):
-        return "postgres"
-    if scheme == "sqlite":
-        return "sqlite"
-    raise config_error("QF100", "the URL must start with postgresql:// or sqlite:///")
-
-
 class _Operations:
-    """Every operation of CONTRACT §3, once for both clients."""
+    """Every operation of docs/guarantees.md §3, once for both clients."""
 
-    def __init__(self, backend: Any, url: str | None = None):
+    def __init__(self, backend: Backend | AsyncBackend, url: str | None = None):
         self._backend = backend
         self.url = url
 
@@ -164,13 +161,13 @@ class _Operations:
 class Client(_Operations):
     """Synchronous client. Use ``fenceq.connect``."""
 
+    _backend: Backend
+
     def _call(self, op: ops.Op) -> Any:
         return self._backend.run(op)
 
     def migrate(self) -> list:
         """Apply the migrations for this client's URL, then verify_schema."""
-        from .migrate import migrate
-
         if self.url is None:
             raise config_error("QF100", "migrate needs a client opened from a URL")
         return migrate(self.url)
@@ -189,14 +186,12 @@ class AsyncClient(_Operations):
     """Asynchronous client: every method returns an awaitable. Use
     ``await fenceq.connect_async``."""
 
+    _backend: AsyncBackend
+
     async def _call(self, op: ops.Op) -> Any:
         return await self._backend.run(op)
 
     async def migrate(self) -> list:
-        import asyncio
-
-        from .migrate import migrate
-
         if self.url is None:
             raise config_error("QF100", "migrate needs a client opened from a URL")
         return await asyncio.to_thread(migrate, self.url)
@@ -217,28 +212,16 @@ def connect(url: str | None = None, *, connection: Any = None, pool: Any = None)
     ``Connection`` / ``ConnectionPool`` you own: calls then run inside your
     connection's current transaction, or on a pooled connection. Connecting
     does not migrate."""
-    from ._postgres import PostgresBackend
-
     if connection is not None or pool is not None:
-        return Client(PostgresBackend(connection=connection, pool=pool))
+        return Client(open_backend(connection=connection, pool=pool))
     resolved = resolve_url(url)
-    if backend_of(resolved) == "postgres":
-        return Client(PostgresBackend(url=resolved), resolved)
-    from ._sqlite import SqliteBackend
-
-    return Client(SqliteBackend(resolved), resolved)
+    return Client(open_backend(resolved), resolved)
 
 
 async def connect_async(url: str | None = None, *, connection: Any = None, pool: Any = None) -> AsyncClient:
     """Async twin of ``connect``: accepts an ``AsyncConnection`` or
     ``AsyncConnectionPool`` you own."""
-    from ._postgres import AsyncPostgresBackend
-
     if connection is not None or pool is not None:
-        return AsyncClient(AsyncPostgresBackend(connection=connection, pool=pool))
+        return AsyncClient(await open_async_backend(connection=connection, pool=pool))
     resolved = resolve_url(url)
-    if backend_of(resolved) == "postgres":
-        return AsyncClient(await AsyncPostgresBackend.connect(resolved), resolved)
-    from ._sqlite import AsyncSqliteBackend
-
-    return AsyncClient(await AsyncSqliteBackend.connect(resolved), resolved)
+    return AsyncClient(await open_async_backend(resolved), resolved)

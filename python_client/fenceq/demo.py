@@ -29,9 +29,10 @@ from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .client import backend_of, connect, resolve_url
+from .backends import backend_of, write_lock_held
+from .backends.migrations import migrate
+from .client import connect, resolve_url
 from .errors import FenceqError, SubmissionConflict
-from .migrate import migrate
 
 LEASE = 2.0
 
@@ -99,23 +100,12 @@ def freeze(process: subprocess.Popen, url: str) -> None:
     process: probe with BEGIN IMMEDIATE and, if the lock is held, let the
     process run an instant to finish its transaction, then freeze it again."""
     os.kill(process.pid, signal.SIGSTOP)
-    if not url.startswith("sqlite"):
-        return
-    import sqlite3
-
-    path = url.split(":///", 1)[1].split("?", 1)[0]
     for _ in range(50):
-        probe = sqlite3.connect(path, timeout=0.1, isolation_level=None)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
+        if not write_lock_held(url):
             return
-        except sqlite3.OperationalError:
-            os.kill(process.pid, signal.SIGCONT)
-            time.sleep(0.005)
-            os.kill(process.pid, signal.SIGSTOP)
-        finally:
-            probe.close()
+        os.kill(process.pid, signal.SIGCONT)
+        time.sleep(0.005)
+        os.kill(process.pid, signal.SIGSTOP)
 
 
 def _wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -445,5 +435,5 @@ def run_demo(url: str | None = None, keep: bool = False, quiet: bool = False) ->
         else:
             shutil.rmtree(folder, ignore_errors=True)
     flag = "" if url == resolve_url(None) else f" --url {shown if url.startswith('sqlite') else 'URL'}"
-    print(f"\nlook around: fenceq stats{flag}   fenceq dlq list --all{flag}   fenceq job {example}{flag}")
+    print(f"\nlook around: fenceq stats{flag}   fenceq dlq list --include-handled{flag}   fenceq job {example}{flag}")
     return code

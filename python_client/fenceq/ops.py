@@ -3,13 +3,19 @@
 Every client method builds an ``Op`` here (validating and snapshotting its
 inputs), and a backend executes it: PostgreSQL calls ``fenceq.<name>(...)``,
 SQLite runs ``sql/sqlite/<name>.sql``. Sync and async clients share it all.
+
+An ``Op`` also declares what it returns: its shape (one value, zero or one
+row, rows, nothing) and its result type (a record class of ``types.py`` or a
+value type such as ``bool`` or ``list[str]``). Backends decode the answer
+from that declaration (``backends/results.py``), never from column names.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from . import validate as v
 from .errors import config_error
@@ -24,12 +30,21 @@ class Arg:
     value: Any
 
 
+class Shape(str, enum.Enum):
+    SCALAR = "scalar"  # one value (NULL is None)
+    ROW = "row"        # zero or one row (none is None)
+    ROWS = "rows"
+    VOID = "void"
+
+
 @dataclass(frozen=True)
 class Op:
     name: str
     args: tuple[Arg, ...]
-    result: str  # "scalar", "row" (zero or one), "rows", "void"
-    convert: Callable[[Any], Any] = lambda value: value
+    shape: Shape
+    # A record class for ROW and ROWS (its fields' types say how each column
+    # decodes), a value type for SCALAR (``Any``: a JSON value).
+    returns: Any = None
     writes: bool = True
 
 
@@ -45,18 +60,6 @@ def _fence_args(fence: Any) -> list[tuple[str, str, Any]]:
     v.fence_parts(fence.job_id, fence.owner_id, fence.generation, fence.claim_token)
     return [("job_id", "text", fence.job_id), ("owner_id", "text", fence.owner_id),
             ("generation", "bigint", fence.generation), ("claim_token", "text", fence.claim_token)]
-
-
-def _claim(row: Mapping[str, Any] | None) -> Claim | None:
-    return None if row is None else Claim(**row)
-
-
-def _claims(rows: list[Mapping[str, Any]]) -> list[Claim]:
-    return [Claim(**row) for row in rows]
-
-
-def _job(row: Mapping[str, Any] | None) -> Job | None:
-    return None if row is None else Job(**row)
 
 
 # Queues ---------------------------------------------------------------------
@@ -82,27 +85,27 @@ def create_queue(queue, lease=None, max_attempts=None, backoff_base=None, backof
     """Settings left None take the function's DEFAULTs."""
     return Op("create_queue", _args(*_queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor,
                                                      backoff_max, dead_letter), optional=_QUEUE_SETTINGS),
-              "scalar", bool)
+              Shape.SCALAR, bool)
 
 
 def alter_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
                 backoff_max=None, dead_letter=None) -> Op:
     """Settings left None are sent as NULL: unchanged."""
     return Op("alter_queue", _args(*_queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor,
-                                                    backoff_max, dead_letter)), "void")
+                                                    backoff_max, dead_letter)), Shape.VOID)
 
 
 def pause_queue(queue) -> Op:
-    return Op("pause_queue", _args(("queue", "text", v.name(queue, "queue"))), "scalar", bool)
+    return Op("pause_queue", _args(("queue", "text", v.name(queue, "queue"))), Shape.SCALAR, bool)
 
 
 def resume_queue(queue) -> Op:
-    return Op("resume_queue", _args(("queue", "text", v.name(queue, "queue"))), "scalar", bool)
+    return Op("resume_queue", _args(("queue", "text", v.name(queue, "queue"))), Shape.SCALAR, bool)
 
 
 def set_queue_notify(queue, notify) -> Op:
     return Op("set_queue_notify", _args(("queue", "text", v.name(queue, "queue")),
-                                        ("notify", "boolean", v.boolean(notify, "notify"))), "scalar", bool)
+                                        ("notify", "boolean", v.boolean(notify, "notify"))), Shape.SCALAR, bool)
 
 
 # Producers ------------------------------------------------------------------
@@ -161,7 +164,7 @@ def submit(queue, task, payload=None, submission_id=None, job_id=None, priority=
         ("force", "boolean", request.force),
         optional=("payload", "submission_id", "job_id", "priority", "run_at", "expires_at",
                   "max_attempts", "active_key"),
-    ), "scalar")
+    ), Shape.SCALAR, str)
 
 
 _REQUEST_KEYS = frozenset({"task", "payload", "submission_id", "job_id", "priority", "run_at",
@@ -185,7 +188,7 @@ def submit_batch(queue, requests) -> Op:
                 error.args = (f"{error.args[0]} (request index {index})",)
             raise
     return Op("submit_batch", _args(("queue", "text", v.name(queue, "queue")),
-                                    ("requests", "requests", tuple(snapshot))), "scalar", list)
+                                    ("requests", "requests", tuple(snapshot))), Shape.SCALAR, list[str])
 
 
 # Workers --------------------------------------------------------------------
@@ -198,7 +201,7 @@ def claim_next(queues, owner_id, claim_token, lease=None, budget=None) -> Op:
         ("lease", "interval", v.duration(lease, "lease")),
         ("budget", "interval", v.duration(budget, "budget")),
         optional=("lease", "budget"),
-    ), "row", _claim)
+    ), Shape.ROW, Claim)
 
 
 def claim_batch(queues, owner_id, claim_tokens, lease=None, budget=None) -> Op:
@@ -209,18 +212,18 @@ def claim_batch(queues, owner_id, claim_tokens, lease=None, budget=None) -> Op:
         ("lease", "interval", v.duration(lease, "lease")),
         ("budget", "interval", v.duration(budget, "budget")),
         optional=("lease", "budget"),
-    ), "rows", _claims)
+    ), Shape.ROWS, Claim)
 
 
 def recover_claim(owner_id, claim_token) -> Op:
     return Op("recover_claim", _args(("owner_id", "text", v.name(owner_id, "owner_id")),
                                      ("claim_token", "text", v.name(claim_token, "claim_token"))),
-              "row", _claim, writes=False)
+              Shape.ROW, Claim, writes=False)
 
 
 def heartbeat(fence, lease=None) -> Op:
     return Op("heartbeat", _args(*_fence_args(fence), ("lease", "interval", v.duration(lease, "lease")),
-                                 optional=("lease",)), "scalar", bool)
+                                 optional=("lease",)), Shape.SCALAR, bool)
 
 
 def _fence_arrays(fences: Any) -> list[tuple[str, str, Any]]:
@@ -235,14 +238,14 @@ def _fence_arrays(fences: Any) -> list[tuple[str, str, Any]]:
 def heartbeat_batch(fences, lease=None) -> Op:
     return Op("heartbeat_batch", _args(*_fence_arrays(fences),
                                        ("lease", "interval", v.duration(lease, "lease")),
-                                       optional=("lease",)), "scalar", list)
+                                       optional=("lease",)), Shape.SCALAR, list[bool])
 
 
 def complete(fence, result=None) -> Op:
     text = v.json_value(result, "result")
     return Op("complete", _args(*_fence_args(fence),
                                 ("result", "jsonb", None if text == "null" else text),
-                                optional=("result",)), "scalar", bool)
+                                optional=("result",)), Shape.SCALAR, bool)
 
 
 def complete_batch(fences, results=None) -> Op:
@@ -254,7 +257,7 @@ def complete_batch(fences, results=None) -> Op:
             raise config_error("QF100", "results must have one element per fence")
         texts = [None if t == "null" else t for t in (v.json_value(r, "result") for r in values)]
     return Op("complete_batch", _args(*arrays, ("results", "jsonb[]", texts), optional=("results",)),
-              "scalar", list)
+              Shape.SCALAR, list[bool])
 
 
 def fail(fence, error, retry=True, retry_at=None) -> Op:
@@ -262,59 +265,57 @@ def fail(fence, error, retry=True, retry_at=None) -> Op:
                             ("error", "text", v.error_text(error)),
                             ("retry", "boolean", v.boolean(retry, "retry")),
                             ("retry_at", "timestamptz", v.moment(retry_at, "retry_at")),
-                            optional=("retry_at",)), "scalar", bool)
+                            optional=("retry_at",)), Shape.SCALAR, bool)
 
 
 def release(fence, run_at=None) -> Op:
     return Op("release", _args(*_fence_args(fence), ("run_at", "timestamptz", v.moment(run_at, "run_at")),
-                               optional=("run_at",)), "scalar", bool)
+                               optional=("run_at",)), Shape.SCALAR, bool)
 
 
 def checkpoint(fence, step, value) -> Op:
     if value is None:
         raise config_error("QF103", "a checkpoint value may not be null")
     return Op("checkpoint", _args(*_fence_args(fence), ("step", "text", v.name(step, "step")),
-                                  ("value", "jsonb", v.json_value(value, "value"))), "scalar")
+                                  ("value", "jsonb", v.json_value(value, "value"))), Shape.SCALAR, Any)
 
 
 def set_pid(fence, pid) -> Op:
     return Op("set_pid", _args(*_fence_args(fence),
                                ("pid", "integer", v.integer(pid, "pid", nullable=False, minimum=1))),
-              "scalar", bool)
+              Shape.SCALAR, bool)
 
 
 def claim_state(fence) -> Op:
-    return Op("claim_state", _args(*_fence_args(fence)), "row",
-              lambda row: None if row is None else ClaimState(**row), writes=False)
+    return Op("claim_state", _args(*_fence_args(fence)), Shape.ROW, ClaimState, writes=False)
 
 
 def acknowledge_cancel(fence) -> Op:
-    return Op("acknowledge_cancel", _args(*_fence_args(fence)), "scalar", bool)
+    return Op("acknowledge_cancel", _args(*_fence_args(fence)), Shape.SCALAR, bool)
 
 
 def reap(max_rows=None) -> Op:
     return Op("reap", _args(("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
-                            optional=("max_rows",)), "row", lambda row: ReapResult(**row))
+                            optional=("max_rows",)), Shape.ROW, ReapResult)
 
 
 # Operators ------------------------------------------------------------------
 
 def cancel(job_id, force=False) -> Op:
     return Op("cancel", _args(("job_id", "text", v.job_id(job_id)),
-                              ("force", "boolean", v.boolean(force, "force"))), "scalar")
+                              ("force", "boolean", v.boolean(force, "force"))), Shape.SCALAR, str)
 
 
 def get_job(job_id) -> Op:
-    return Op("get_job", _args(("job_id", "text", v.job_id(job_id))), "row", _job, writes=False)
+    return Op("get_job", _args(("job_id", "text", v.job_id(job_id))), Shape.ROW, Job, writes=False)
 
 
 def attempts(job_id) -> Op:
-    return Op("attempts", _args(("job_id", "text", v.job_id(job_id))), "rows",
-              lambda rows: [Attempt(**row) for row in rows], writes=False)
+    return Op("attempts", _args(("job_id", "text", v.job_id(job_id))), Shape.ROWS, Attempt, writes=False)
 
 
 def stats() -> Op:
-    return Op("stats", (), "rows", lambda rows: [QueueStats(**row) for row in rows], writes=False)
+    return Op("stats", (), Shape.ROWS, QueueStats, writes=False)
 
 
 def dead_letters(queue=None, include_handled=False, limit=100) -> Op:
@@ -322,7 +323,7 @@ def dead_letters(queue=None, include_handled=False, limit=100) -> Op:
         ("queue", "text", v.name(queue, "queue", nullable=True)),
         ("include_handled", "boolean", v.boolean(include_handled, "include_handled")),
         ("limit", "integer", v.integer(limit, "limit", nullable=False, minimum=1)),
-    ), "rows", lambda rows: [DeadLetter(**row) for row in rows], writes=False)
+    ), Shape.ROWS, DeadLetter, writes=False)
 
 
 def purge(older_than, max_rows=None, submissions_older_than=None) -> Op:
@@ -333,20 +334,20 @@ def purge(older_than, max_rows=None, submissions_older_than=None) -> Op:
         ("submissions_older_than", "interval",
          v.duration(submissions_older_than, "submissions_older_than", allow_zero=True, backwards=True)),
         optional=("max_rows", "submissions_older_than"),
-    ), "scalar", int)
+    ), Shape.SCALAR, int)
 
 
 def replay_dead_letter(dlq_id) -> Op:
-    return Op("replay_dead_letter", _args(("dlq_id", "text", v.dlq_id(dlq_id))), "scalar")
+    return Op("replay_dead_letter", _args(("dlq_id", "text", v.dlq_id(dlq_id))), Shape.SCALAR, str)
 
 
 def discard_dead_letter(dlq_id) -> Op:
-    return Op("discard_dead_letter", _args(("dlq_id", "text", v.dlq_id(dlq_id))), "scalar", bool)
+    return Op("discard_dead_letter", _args(("dlq_id", "text", v.dlq_id(dlq_id))), Shape.SCALAR, bool)
 
 
 def verify_schema() -> Op:
-    return Op("verify_schema", (), "rows", lambda rows: [SchemaCheck(**row) for row in rows], writes=False)
+    return Op("verify_schema", (), Shape.ROWS, SchemaCheck, writes=False)
 
 
 def version() -> Op:
-    return Op("version", (), "scalar", writes=False)
+    return Op("version", (), Shape.SCALAR, str, writes=False)

@@ -1,4 +1,4 @@
-"""Value types returned and accepted by the client (CONTRACT §8)."""
+"""Value types returned and accepted by the client (docs/guarantees.md §8)."""
 
 from __future__ import annotations
 

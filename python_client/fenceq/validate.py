@@ -1,4 +1,4 @@
-"""Input validation before dispatch (CONTRACT §2), shared by both backends.
+"""Input validation before dispatch (docs/guarantees.md §2), shared by both backends.
 
 Each check raises the same QF code the SQL would raise, so a caller sees one
 answer whichever side refuses. JSON values are validated and snapshotted into

@@ -1,7 +1,7 @@
 -- fenceq for PostgreSQL, part 1: schema, tables, indexes and the claim type.
 --
 -- Everything lives in the schema "fenceq". Tables start with "_": they are
--- private, reachable only through the functions (CONTRACT §3, §10).
+-- private, reachable only through the functions (docs/guarantees.md §3, §10).
 -- Identity columns use COLLATE "C" so that comparison is byte-exact and
 -- deterministic whatever the database's default collation is.
 --
@@ -14,7 +14,7 @@ COMMENT ON SCHEMA fenceq IS
 
 -- Queues: named lanes with their defaults. Jobs reference queues by name with
 -- no foreign key: an FK would share-lock the queue row on every insert
--- (multixact churn under load, CONTRACT §11).
+-- (multixact churn under load, docs/guarantees.md §11).
 CREATE TABLE IF NOT EXISTS fenceq._queues (
     queue          text COLLATE "C" NOT NULL,
     lease          interval NOT NULL,
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS fenceq._jobs (
     CONSTRAINT _jobs_generation_check CHECK (generation >= 0)
 ) WITH (fillfactor = 80);
 
--- Claim path: one ordered scan per queue (CONTRACT §11: a single index over
+-- Claim path: one ordered scan per queue (docs/guarantees.md §11: a single index over
 -- queue = ANY(...) cannot serve ORDER BY, so claims merge per-queue heads).
 CREATE INDEX IF NOT EXISTS _jobs_claim_idx
     ON fenceq._jobs (queue, priority DESC, run_at, seq)
@@ -79,7 +79,7 @@ CREATE INDEX IF NOT EXISTS _jobs_claim_idx
 CREATE INDEX IF NOT EXISTS _jobs_claimed_idx
     ON fenceq._jobs (queue)
     WHERE status = 'claimed';
--- At most one active job per (queue, active_key) (CONTRACT §5).
+-- At most one active job per (queue, active_key) (docs/guarantees.md §5).
 CREATE UNIQUE INDEX IF NOT EXISTS _jobs_active_key_idx
     ON fenceq._jobs (queue, active_key)
     WHERE active_key IS NOT NULL AND status IN ('pending', 'claimed');
@@ -93,7 +93,7 @@ CREATE INDEX IF NOT EXISTS _jobs_finished_idx
     WHERE finished_at IS NOT NULL;
 
 -- Submission identities: outlive their jobs (purge) so that a replay keeps
--- answering with the original job id (CONTRACT §4). job_id is deliberately
+-- answering with the original job id (docs/guarantees.md §4). job_id is deliberately
 -- not unique here: _jobs' primary key arbitrates job ids, so a race between
 -- two explicit job ids surfaces as QF203, never as a raw unique violation.
 CREATE TABLE IF NOT EXISTS fenceq._submissions (
@@ -143,7 +143,7 @@ CREATE TABLE IF NOT EXISTS fenceq._dead_letters (
 );
 CREATE INDEX IF NOT EXISTS _dead_letters_job_idx ON fenceq._dead_letters (job_id);
 
--- What a claim returns. Columns are only ever appended (CONTRACT §3).
+-- What a claim returns. Columns are only ever appended (docs/guarantees.md §3).
 DO $$
 BEGIN
     IF to_regtype('fenceq.claim') IS NULL THEN

@@ -1,7 +1,7 @@
 -- fenceq for PostgreSQL, part 2: private helpers.
 --
 -- Validation helpers raise QF1xx codes with messages that name the parameter,
--- never its value (CONTRACT §2). Every function in the schema is SECURITY
+-- never its value (docs/guarantees.md §2). Every function in the schema is SECURITY
 -- DEFINER with a pinned search_path, so nothing on a caller's search_path can
 -- shadow what it uses, and grants can be added without touching bodies.
 
@@ -28,7 +28,7 @@ COMMENT ON FUNCTION fenceq._raise(text, text) IS
     'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
 
 -- _check_name: an id or name must be a non-empty string of at most
--- max_length characters (CONTRACT §2). NULL passes only when nullable.
+-- max_length characters (docs/guarantees.md §2). NULL passes only when nullable.
 CREATE OR REPLACE FUNCTION fenceq._check_name(
     value text, what text, max_length integer DEFAULT 255,
     nullable boolean DEFAULT false, code text DEFAULT 'QF102')
@@ -160,7 +160,7 @@ $$;
 COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
     'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
 
--- _canonical_json: the canonical JSON text of a jsonb value (CONTRACT §4):
+-- _canonical_json: the canonical JSON text of a jsonb value (docs/guarantees.md §4):
 -- keys sorted by code point (COLLATE "C" on UTF-8 bytes), no spaces, strings
 -- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
 CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
@@ -239,7 +239,7 @@ COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
     'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
 
 -- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
--- parameter as authored (CONTRACT §4). NULLs stay null.
+-- parameter as authored (docs/guarantees.md §4). NULLs stay null.
 CREATE OR REPLACE FUNCTION fenceq._fingerprint(
     queue text, task text, payload jsonb, submission_id text, job_id text,
     priority integer, run_at timestamptz, expires_at timestamptz,
@@ -356,3 +356,103 @@ END
 $$;
 COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
     'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
+
+-- _is_plain_duration: whether a duration needs no closer look: NULL, or
+-- positive, without month or day parts, and under a million hours (so now +
+-- value stays within years 0001-9999). Hot functions test their arguments
+-- with it in one expression and leave anything else to _check_interval,
+-- which names the problem.
+-- Deliberately a plain SQL function: not SECURITY DEFINER and with no SET
+-- clause, so the planner inlines it into the calling statement at no cost
+-- (a nested PL/pgSQL call would cost more than the check). Such helpers
+-- read no table, run only inside callers that pin search_path, and are
+-- granted to no role; verify_schema allows exactly this shape for private
+-- helpers and nothing looser.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_duration(value interval)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (value > interval '0' AND value < interval '1000000 hours'
+        AND pg_catalog.date_part('year', value) = 0 AND pg_catalog.date_part('month', value) = 0
+        AND pg_catalog.date_part('day', value) = 0);
+COMMENT ON FUNCTION fenceq._is_plain_duration(interval) IS
+    'Private, inlined. True for NULL or a positive duration without month or day parts under a million hours.';
+
+-- _is_plain_fence: whether the four fence parts are well formed (NULL when
+-- a part is NULL); _check_fence names what is wrong. Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_fence(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN pg_catalog.length(job_id) BETWEEN 1 AND 36 AND pg_catalog.length(owner_id) BETWEEN 1 AND 255
+   AND pg_catalog.length(claim_token) BETWEEN 1 AND 255 AND generation >= 1;
+COMMENT ON FUNCTION fenceq._is_plain_fence(text, text, bigint, text) IS
+    'Private, inlined. True for a well-formed fence; NULL when a part is NULL.';
+
+-- _is_plain_json: whether a JSON value needs no closer look: NULL, or
+-- nested less than 128 containers deep with a jsonb text of at most 1 MiB
+-- (never shorter than the canonical form). Anything else goes to
+-- _check_json, which measures the canonical form. Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_json(value jsonb)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (NOT pg_catalog.jsonb_path_exists(value,
+            'strict $.**{128} ? (@.type() == "object" || @.type() == "array")')
+        AND pg_catalog.octet_length(value::text) <= 1048576);
+COMMENT ON FUNCTION fenceq._is_plain_json(jsonb) IS
+    'Private, inlined. True for NULL or JSON under the depth and size bounds by a cheap measure.';
+
+-- _new_job_id: a generated job id, a version 7 UUID (RFC 9562): 48 bits of
+-- Unix milliseconds, then random bits. Ids made close in time sort close,
+-- so the job table's primary key grows at its right edge instead of
+-- touching a random leaf (and writing a full-page image of it after each
+-- checkpoint) for every insert and every non-HOT update. Inlined, as
+-- _is_plain_duration is (volatile, as its body is).
+CREATE OR REPLACE FUNCTION fenceq._new_job_id()
+RETURNS text
+LANGUAGE sql
+VOLATILE
+RETURN encode(set_bit(set_bit(
+           overlay(uuid_send(gen_random_uuid())
+                   PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                   FROM 1 FOR 6),
+           52, 1), 53, 1), 'hex')::uuid::text;
+COMMENT ON FUNCTION fenceq._new_job_id() IS
+    'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
+
+-- _is_plain_time: whether a timestamp needs no closer look: NULL, or within
+-- years 0001-9999 UTC (infinity is not). _check_time names what is wrong.
+-- Inlined, as _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_time(value timestamptz)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (value >= timestamptz '0001-01-01 00:00:00+00' AND value < timestamptz '10000-01-01 00:00:00+00');
+COMMENT ON FUNCTION fenceq._is_plain_time(timestamptz) IS
+    'Private, inlined. True for NULL or a timestamp within years 0001-9999 UTC.';
+
+-- _is_plain_json_int: whether a submit_batch field needs no closer look:
+-- absent, JSON null, or a JSON integer from min to 2^31-1. _json_int names
+-- what is wrong. Inlined, as _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_json_int(value jsonb, min integer)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE jsonb_typeof(value)
+           WHEN 'number' THEN (value #>> '{}')::numeric BETWEEN min AND 2147483647
+                              AND (value #>> '{}')::numeric = trunc((value #>> '{}')::numeric)
+           ELSE coalesce(jsonb_typeof(value) = 'null', true) END;
+COMMENT ON FUNCTION fenceq._is_plain_json_int(jsonb, integer) IS
+    'Private, inlined. True for an absent or null field or a JSON integer from min to 2^31-1.';

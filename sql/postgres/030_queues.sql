@@ -30,7 +30,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq._check_queue_settings(interval, integer, interval, double precision, interval) IS
-    'Private. Refuse queue settings that break the CONTRACT §2 rules (QF104, QF105).';
+    'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
 
 -- create_queue: declare a queue.
 -- Locking: inserts the queue row; a concurrent identical create waits for it.

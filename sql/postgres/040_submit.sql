@@ -94,7 +94,7 @@ BEGIN
         OR EXISTS (SELECT 1 FROM fenceq._submissions AS s WHERE s.job_id = _submit.job_id)) THEN
         PERFORM fenceq._raise('QF203', 'the job id is taken');
     END IF;
-    v_job_id := coalesce(_submit.job_id, gen_random_uuid()::text);
+    v_job_id := coalesce(_submit.job_id, fenceq._new_job_id());
     v_now := clock_timestamp();
 
     IF _submit.submission_id IS NOT NULL THEN
@@ -160,6 +160,13 @@ COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, times
 -- exact replay returns the original job id (also after the job finished or
 -- was purged); a changed request raises QF201; a busy active key QF202; a
 -- taken explicit job id QF203.
+--
+-- The usual calls take a short path of one statement: a request with no
+-- identity but (perhaps) a submission id, and values that need no closer
+-- look. A submission id alone needs no advisory lock: its row in
+-- _submissions is inserted with ON CONFLICT DO NOTHING in the same
+-- statement as the job, so a concurrent twin waits on that row, then finds
+-- it and replays. Everything else takes _submit's general path.
 CREATE OR REPLACE FUNCTION fenceq.submit(
     queue text,
     task text,
@@ -176,11 +183,73 @@ RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
+#variable_conflict use_column
+DECLARE
+    v_payload jsonb := CASE WHEN jsonb_typeof(submit.payload) = 'null' THEN NULL ELSE submit.payload END;
+    v_fingerprint text;
+    v_job_id text;
+    v_notify boolean;
+    v_existing fenceq._submissions;
 BEGIN
-    RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
-        submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-        submit.max_attempts, submit.active_key, submit.force);
+    IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
+                    AND length(submit.queue) BETWEEN 1 AND 255 AND length(submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(submit.max_attempts >= 1, true)
+                    AND fenceq._is_plain_time(submit.run_at) AND fenceq._is_plain_time(submit.expires_at)
+                    AND fenceq._is_plain_json(v_payload), false) THEN
+        RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+            submit.job_id, submit.priority, submit.run_at, submit.expires_at,
+            submit.max_attempts, submit.active_key, submit.force);
+    END IF;
+    IF submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint(submit.queue, submit.task, v_payload,
+            submit.submission_id, NULL, submit.priority, submit.run_at,
+            submit.expires_at, submit.max_attempts, NULL, false);
+    END IF;
+
+    WITH queue AS MATERIALIZED (
+        SELECT q.queue, q.max_attempts, q.notify, clock_timestamp() AS now,
+               fenceq._new_job_id() AS job_id
+          FROM fenceq._queues AS q WHERE q.queue = submit.queue),
+    reserved AS (  -- a submission identity, when there is one, before its job
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        SELECT submit.submission_id, v_fingerprint, q.job_id, q.queue, q.now
+          FROM queue AS q WHERE submit.submission_id IS NOT NULL
+        ON CONFLICT (submission_id) DO NOTHING
+        RETURNING s.job_id),
+    inserted AS (
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, created_at)
+        SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
+               coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now
+          FROM queue AS q
+         WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
+        ON CONFLICT DO NOTHING
+        RETURNING j.job_id, j.run_at <= j.created_at AS due)
+    SELECT i.job_id, i.due AND q.notify INTO v_job_id, v_notify
+      FROM queue AS q LEFT JOIN inserted AS i ON true;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_job_id IS NULL THEN
+        SELECT * INTO v_existing FROM fenceq._submissions AS s WHERE s.submission_id = submit.submission_id;
+        IF v_existing.fingerprint = v_fingerprint THEN
+            RETURN v_existing.job_id;  -- an exact replay
+        END IF;
+        IF v_existing.submission_id IS NOT NULL THEN
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+        -- A generated job id that is taken (a UUID collision): refuse whole.
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    IF v_notify THEN
+        PERFORM pg_notify('fenceq_jobs', submit.queue);
+    END IF;
+    RETURN v_job_id;
 END
 $$;
 COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
@@ -302,9 +371,13 @@ COMMENT ON FUNCTION fenceq._json_bool(jsonb, text) IS
 -- names (except queue). Job ids come back in input order. A failure names
 -- the element's index (from 0) in DETAIL, never its content.
 -- Locking: every identity of the batch is locked first, in one global
--- order; then elements run in input order. Idempotency: as submit. A batch
--- of plain requests (task and payload only, all valid) is stored by one
--- INSERT instead, with the same rows as element-by-element.
+-- order; then elements run in input order. Idempotency: as submit.
+-- Two set-based paths store the same rows as element-by-element would, in a
+-- few statements for the whole batch: a batch of plain requests (task and
+-- payload only, all valid) by one INSERT; a batch whose requests carry at
+-- most a submission id, priority and max_attempts besides, by locking the
+-- identities, reserving them with one INSERT, answering replays and
+-- conflicts from one read, and inserting the new jobs with one more.
 CREATE OR REPLACE FUNCTION fenceq.submit_batch(queue text, requests jsonb)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -320,6 +393,15 @@ DECLARE
     v_index bigint;
     v_queue fenceq._queues;
     v_now timestamptz;
+    v_tasks text[];
+    v_payloads jsonb[];
+    v_submission_ids text[];
+    v_priorities integer[];
+    v_max_attempts integer[];
+    v_fingerprints text[];
+    v_new_ids text[];
+    v_fresh bigint[];
+    v_conflict bigint;
 BEGIN
     PERFORM fenceq._check_name(submit_batch.queue, 'queue');
     IF submit_batch.requests IS NULL OR jsonb_typeof(submit_batch.requests) <> 'array' THEN
@@ -347,7 +429,7 @@ BEGIN
                     'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
         v_now := clock_timestamp();
-        v_ids := ARRAY(SELECT gen_random_uuid()::text
+        v_ids := ARRAY(SELECT fenceq._new_job_id()
                          FROM generate_series(1, jsonb_array_length(submit_batch.requests)));
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
                                        run_at, created_at)
@@ -357,6 +439,99 @@ BEGIN
           FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
          ORDER BY r.ordinality;  -- seq follows input order
         IF cardinality(v_ids) > 0 AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
+        END IF;
+        RETURN v_ids;
+    END IF;
+
+    -- Owned path: requests with a submission id, priority or max_attempts
+    -- besides task and payload, every value valid as it stands.
+    IF (SELECT coalesce(bool_and(coalesce(
+                jsonb_typeof(r.value) = 'object'
+                AND (r.value - 'task' - 'payload' - 'submission_id' - 'priority' - 'max_attempts') = '{}'::jsonb
+                AND jsonb_typeof(r.value -> 'task') = 'string'
+                AND length(r.value ->> 'task') BETWEEN 1 AND 255
+                AND CASE jsonb_typeof(r.value -> 'submission_id')
+                        WHEN 'string' THEN length(r.value ->> 'submission_id') BETWEEN 1 AND 255
+                        ELSE coalesce(jsonb_typeof(r.value -> 'submission_id') = 'null', true) END
+                AND fenceq._is_plain_json_int(r.value -> 'priority', -2147483648)
+                AND fenceq._is_plain_json_int(r.value -> 'max_attempts', 1)
+                AND fenceq._is_plain_json(r.value -> 'payload'), false)), true)
+          FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
+               array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
+               array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
+               -- The fingerprint of each request as submit computes it
+               -- (_fingerprint, with the parameters this path leaves NULL
+               -- spelled out); a flat object payload is canonicalised here.
+               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN 'fq1:' || encode(sha256(convert_to(
+                   '{"active_key":null,"expires_at":null,"force":false,"job_id":null,"max_attempts":'
+                   || coalesce(e.max_attempts::text, 'null')
+                   || ',"payload":' || CASE jsonb_typeof(e.payload)
+                        WHEN 'object' THEN '{' || coalesce((
+                            SELECT string_agg(to_json(m.key)::text || ':' ||
+                                       CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
+                                            THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
+                                   ',' ORDER BY m.key COLLATE "C")
+                              FROM jsonb_each(e.payload) AS m), '') || '}'
+                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
+                        ELSE coalesce(e.payload::text, 'null') END
+                   || ',"priority":' || coalesce(e.priority::text, 'null')
+                   || ',"queue":' || to_json(submit_batch.queue)::text
+                   || ',"run_at":null,"submission_id":' || to_json(e.submission_id)::text
+                   || ',"task":' || to_json(e.task)::text || ',"v":1}', 'UTF8')), 'hex') END ORDER BY e.i)
+          INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
+          FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
+                       CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
+                            ELSE r.value -> 'payload' END AS payload,
+                       r.value ->> 'submission_id' AS submission_id,
+                       (r.value ->> 'priority')::numeric::integer AS priority,
+                       (r.value ->> 'max_attempts')::numeric::integer AS max_attempts,
+                       fenceq._new_job_id() AS new_id
+                  FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r) AS e;
+        IF v_tasks IS NULL THEN
+            RETURN '{}';
+        END IF;
+        -- The same global order as every other path takes its identities in.
+        PERFORM fenceq._lock_identities(ARRAY(
+            SELECT 'fenceq.submission:' || i.id FROM unnest(v_submission_ids) AS i(id) WHERE i.id IS NOT NULL));
+        v_now := clock_timestamp();
+        -- Reserve each new identity for its first request in the batch. An
+        -- identity retained already (or committed meanwhile by a submit that
+        -- holds no lock) is left as it is and answered from below.
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        SELECT DISTINCT ON (u.submission_id) u.submission_id, u.fingerprint, u.new_id, submit_batch.queue, v_now
+          FROM unnest(v_submission_ids, v_fingerprints, v_new_ids) WITH ORDINALITY AS u(submission_id, fingerprint,
+                                                                                         new_id, i)
+         WHERE u.submission_id IS NOT NULL
+         ORDER BY u.submission_id, u.i
+        ON CONFLICT (submission_id) DO NOTHING;
+        -- Each request's answer: its own new job when it has no identity or
+        -- reserved it just now (the row holds this request's new id), else
+        -- the retained job, or the first request whose content differs.
+        SELECT array_agg(coalesce(s.job_id, u.new_id) ORDER BY u.i),
+               array_agg(u.i) FILTER (WHERE s.job_id IS NULL OR s.job_id = u.new_id),
+               min(u.i) FILTER (WHERE s.fingerprint IS DISTINCT FROM u.fingerprint)
+          INTO v_ids, v_fresh, v_conflict
+          FROM unnest(v_submission_ids, v_fingerprints, v_new_ids) WITH ORDINALITY AS u(submission_id, fingerprint,
+                                                                                         new_id, i)
+          LEFT JOIN fenceq._submissions AS s ON s.submission_id = u.submission_id;
+        IF v_conflict IS NOT NULL THEN
+            PERFORM set_config('fenceq.batch_index', (v_conflict - 1)::text, true);
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+                                       run_at, submission_id, fingerprint, created_at)
+        SELECT v_new_ids[f.i], submit_batch.queue, v_tasks[f.i], v_payloads[f.i], coalesce(v_priorities[f.i], 0),
+               coalesce(v_max_attempts[f.i], v_queue.max_attempts), v_now, v_submission_ids[f.i],
+               v_fingerprints[f.i], v_now
+          FROM unnest(v_fresh) AS f(i)
+         ORDER BY f.i  -- seq follows input order
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND AND cardinality(v_fresh) > 0 THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+        END IF;
+        IF cardinality(v_fresh) > 0 AND v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
         END IF;
         RETURN v_ids;

@@ -12,7 +12,7 @@
 --
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
--- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
+-- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
 -- _lock_live does exactly that for every fenced write below.
 
 -- _is_live: whether a locked job row is the live claim of this fence at now.
@@ -82,16 +82,19 @@ $$;
 COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
     'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
 
--- _claim: the body of claim_next and claim_batch: claim up to one job per
--- token, across queues, in priority / run_at / submission order.
--- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
--- without locks), so concurrent claimers never wait on each other and never
--- get the same job. One queue: one ordered scan of its claim index. Several:
--- the head rows of each queue's scan are locked and merged; the heads not
--- claimed stay locked until the caller's transaction ends (in autocommit, at
--- once). Then one statement claims every picked job and records its token.
-CREATE OR REPLACE FUNCTION fenceq._claim(
-    queues text[], owner_id text, claim_tokens text[], lease interval, budget interval)
+-- claim_next: claim the next eligible job across queues.
+-- Locking: SKIP LOCKED on job rows only; callers never block each other.
+-- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
+-- used one); after an uncertain answer call recover_claim with the same token.
+-- Zero rows: nothing eligible (or every named queue is paused).
+--
+-- The usual call (one queue, well-formed values) is one statement: pick the
+-- head of the queue's claim index with SKIP LOCKED, read the clock above the
+-- lock, claim the row and record its token in the ledger. Anything else
+-- (several queues, a value to check one by one) takes claim_batch's path.
+CREATE OR REPLACE FUNCTION fenceq.claim_next(
+    queues text[], owner_id text, claim_token text,
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
 RETURNS SETOF fenceq.claim
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -101,7 +104,127 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_count integer := cardinality(_claim.claim_tokens);
+    v_now timestamptz;
+    v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
+    v_old_generation bigint;
+    v_recorded boolean;
+BEGIN
+    IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
+                    AND length(claim_next.queues[1]) BETWEEN 1 AND 255
+                    AND length(claim_next.owner_id) BETWEEN 1 AND 255
+                    AND length(claim_next.claim_token) BETWEEN 1 AND 255
+                    AND fenceq._is_plain_duration(claim_next.lease)
+                    AND fenceq._is_plain_duration(claim_next.budget), false) THEN
+        RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+            ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+        RETURN;
+    END IF;
+
+    v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
+    WITH queue AS MATERIALIZED (
+        SELECT q.lease FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1] AND NOT q.paused),
+    picked AS MATERIALIZED (
+        -- The outer projection runs above the row lock, so its clock reading
+        -- is taken once the row is held.
+        SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.generation
+              FROM fenceq._jobs AS j
+             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+               AND EXISTS (SELECT 1 FROM queue)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT 1
+               FOR UPDATE OF j SKIP LOCKED) AS p),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               -- At the largest generation the row keeps it, and the claim
+               -- is refused below (QF303) before anything commits.
+               generation = CASE WHEN p.generation < 9223372036854775807 THEN p.generation + 1
+                                 ELSE p.generation END,
+               owner_id = claim_next.owner_id,
+               claim_token = claim_next.claim_token,
+               lease = coalesce(claim_next.lease, q.lease),
+               lease_expires_at = least(p.locked_at + coalesce(claim_next.lease, q.lease),
+                                        p.locked_at + claim_next.budget),
+               budget_expires_at = p.locked_at + claim_next.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, queue AS q
+         WHERE j.job_id = p.job_id
+        RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
+                  j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
+                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT claim_next.claim_token, c.job_id, c.generation, claim_next.owner_id, c.locked_at
+          FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                     c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                     c.cancel_requested, c.submission_id, '{}'::jsonb)::fenceq.claim],
+           c.old_generation, EXISTS (SELECT 1 FROM recorded)
+      INTO v_claim, v_old_generation, v_recorded
+      FROM claimed AS c;
+
+    IF v_claim IS NULL THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise.
+        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN;
+    END IF;
+    IF v_old_generation = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    -- Storage must keep exactly what was sent: a trigger or coercion that
+    -- changed it rolls the whole claim back.
+    IF v_claim[1].owner_id IS DISTINCT FROM claim_next.owner_id
+       OR v_claim[1].claim_token IS DISTINCT FROM claim_next.claim_token THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF NOT v_recorded THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    -- Checkpoints need an earlier claim: a first claim has none to read
+    -- (and its statement stays free of the lookup).
+    IF v_claim[1].generation > 1 THEN
+        v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
+    END IF;
+    RETURN NEXT v_claim[1];
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
+    'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
+
+-- claim_batch: claim up to one job per token (tokens used in array order),
+-- across queues, in priority / run_at / submission order. A repeated or
+-- already used token raises QF301 before anything is claimed. It is also
+-- claim_next's general path.
+-- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
+-- without locks), so concurrent claimers never wait on each other and never
+-- get the same job. One queue: one ordered scan of its claim index. Several:
+-- the head rows of each queue's scan are locked and merged; the heads not
+-- claimed stay locked until the caller's transaction ends (in autocommit, at
+-- once). Then one statement claims every picked job and records its token.
+CREATE OR REPLACE FUNCTION fenceq.claim_batch(
+    queues text[], owner_id text, claim_tokens text[],
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(claim_batch.claim_tokens);
     v_queue fenceq._queues;
     v_active text[];
     v_known integer;
@@ -115,37 +238,37 @@ BEGIN
     -- Fast paths for the usual well-formed calls: one query-free expression
     -- for a single claim, one expression for a batch numbered from 1.
     -- Otherwise the checks run one by one and name what is wrong.
-    IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
-                    AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
-                    AND length(_claim.owner_id) BETWEEN 1 AND 255
-                    AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
-        IF NOT coalesce(array_ndims(_claim.queues) = 1 AND array_lower(_claim.queues, 1) = 1
-                        AND cardinality(_claim.queues) <= 10000
-                        AND array_ndims(_claim.claim_tokens) = 1 AND array_lower(_claim.claim_tokens, 1) = 1
-                        AND v_count <= 10000 AND length(_claim.owner_id) BETWEEN 1 AND 255
-                        AND _claim.lease IS NULL AND _claim.budget IS NULL
+    IF NOT coalesce(cardinality(claim_batch.queues) = 1 AND length(claim_batch.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(claim_batch.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                    AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL, false) THEN
+        IF NOT coalesce(array_ndims(claim_batch.queues) = 1 AND array_lower(claim_batch.queues, 1) = 1
+                        AND cardinality(claim_batch.queues) <= 10000
+                        AND array_ndims(claim_batch.claim_tokens) = 1 AND array_lower(claim_batch.claim_tokens, 1) = 1
+                        AND v_count <= 10000 AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                        AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL
                         AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
-                               FROM unnest(_claim.queues) AS n(name))
+                               FROM unnest(claim_batch.queues) AS n(name))
                         AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
-                               FROM unnest(_claim.claim_tokens) AS t(token)), false) THEN
-            PERFORM fenceq._check_names(_claim.queues, 'queues');
-            PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
-            PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
-            PERFORM fenceq._check_interval(_claim.lease, 'lease');
-            PERFORM fenceq._check_interval(_claim.budget, 'budget');
+                               FROM unnest(claim_batch.claim_tokens) AS t(token)), false) THEN
+            PERFORM fenceq._check_names(claim_batch.queues, 'queues');
+            PERFORM fenceq._check_name(claim_batch.owner_id, 'owner_id');
+            PERFORM fenceq._check_names(claim_batch.claim_tokens, 'claim_tokens');
+            PERFORM fenceq._check_interval(claim_batch.lease, 'lease');
+            PERFORM fenceq._check_interval(claim_batch.budget, 'budget');
             -- Below, element i is [i]: renumber arrays sent with other bounds.
-            _claim.queues := ARRAY(SELECT unnest(_claim.queues));
-            _claim.claim_tokens := ARRAY(SELECT unnest(_claim.claim_tokens));
+            claim_batch.queues := ARRAY(SELECT unnest(claim_batch.queues));
+            claim_batch.claim_tokens := ARRAY(SELECT unnest(claim_batch.claim_tokens));
         END IF;
     END IF;
 
-    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count THEN
+    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(claim_batch.claim_tokens) AS t(token)) <> v_count THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
     v_now := clock_timestamp();
-    IF cardinality(_claim.queues) = 1 THEN
-        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
+    IF cardinality(claim_batch.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = claim_batch.queues[1];
         IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
@@ -164,8 +287,8 @@ BEGIN
     ELSE
         SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
           INTO v_active, v_known
-          FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
-        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
+          FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues);
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
         IF v_active IS NOT NULL THEN
@@ -195,7 +318,7 @@ BEGIN
     -- conflict rolls the claim back); only the rest are looked up here.
     IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
         SELECT 1 FROM fenceq._claims AS c
-         WHERE c.claim_token = ANY (_claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
+         WHERE c.claim_token = ANY (claim_batch.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
     IF v_picked IS NULL THEN
@@ -210,18 +333,18 @@ BEGIN
     -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
     -- trigger or coercion that changes it rolls the whole claim back (QF302).
     WITH picked AS (
-        SELECT p.job_id, p.ordinal, _claim.claim_tokens[p.ordinal] AS token
+        SELECT p.job_id, p.ordinal, claim_batch.claim_tokens[p.ordinal] AS token
           FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
     claimed AS (
         UPDATE fenceq._jobs AS j
            SET status = 'claimed',
                attempts = j.attempts + 1,
                generation = j.generation + 1,
-               owner_id = _claim.owner_id,
+               owner_id = claim_batch.owner_id,
                claim_token = p.token,
-               lease = coalesce(_claim.lease, q.lease),
-               lease_expires_at = least(v_now + coalesce(_claim.lease, q.lease), v_now + _claim.budget),
-               budget_expires_at = v_now + _claim.budget,
+               lease = coalesce(claim_batch.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(claim_batch.lease, q.lease), v_now + claim_batch.budget),
+               budget_expires_at = v_now + claim_batch.budget,
                cancel_requested = false,
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
@@ -229,7 +352,7 @@ BEGIN
         RETURNING j.*, p.ordinal, p.token AS sent_token),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
-        SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
+        SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
         ON CONFLICT (claim_token) DO NOTHING
         RETURNING 1)
     SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
@@ -239,7 +362,7 @@ BEGIN
                          CASE WHEN c.generation = 1 THEN '{}'::jsonb
                               ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
            (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
       INTO v_claims, v_recorded, v_changed
       FROM claimed AS c;
     IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
@@ -249,45 +372,6 @@ BEGIN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
     RETURN QUERY SELECT * FROM unnest(v_claims);
-END
-$$;
-COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
-    'Private. The body of claim_next and claim_batch.';
-
--- claim_next: claim the next eligible job across queues.
--- Locking: SKIP LOCKED on job rows only; callers never block each other.
--- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
--- used one); after an uncertain answer call recover_claim with the same token.
--- Zero rows: nothing eligible (or every named queue is paused).
-CREATE OR REPLACE FUNCTION fenceq.claim_next(
-    queues text[], owner_id text, claim_token text,
-    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
-RETURNS SETOF fenceq.claim
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-AS $$
-BEGIN
-    RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
-        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
-END
-$$;
-COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
-    'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
-
--- claim_batch: claim up to one job per token (tokens used in array order).
--- A repeated or already used token raises QF301 before anything is claimed.
-CREATE OR REPLACE FUNCTION fenceq.claim_batch(
-    queues text[], owner_id text, claim_tokens text[],
-    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
-RETURNS SETOF fenceq.claim
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-AS $$
-BEGIN
-    RETURN QUERY SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
-        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget);
 END
 $$;
 COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS
@@ -327,6 +411,7 @@ COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
 -- heartbeat: renew a live claim to LEAST(now + lease, budget_expires_at).
 -- True while the claim is live (also when the budget clamps the renewal);
 -- false once the lease or budget ran out or the fence is stale.
+-- One statement, locked and judged as complete is (see there).
 CREATE OR REPLACE FUNCTION fenceq.heartbeat(
     job_id text, owner_id text, generation bigint, claim_token text,
     lease interval DEFAULT NULL)
@@ -338,23 +423,26 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_job fenceq._jobs;
-    v_now timestamptz;
 BEGIN
-    IF heartbeat.lease IS NOT NULL THEN
+    IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
+                                           heartbeat.generation, heartbeat.claim_token), false) THEN
+        PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
+    END IF;
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
         PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
     END IF;
-    v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
-                               heartbeat.generation, heartbeat.claim_token);
-    v_now := clock_timestamp();
-    IF v_job.job_id IS NULL THEN
-        RETURN false;
-    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at
+              FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id
+               FOR UPDATE) AS l)
     UPDATE fenceq._jobs AS j
-       SET lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
-     WHERE j.job_id = heartbeat.job_id;
-    RETURN true;
+       SET lease_expires_at = least(l.locked_at + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = heartbeat.owner_id
+       AND l.generation = heartbeat.generation AND l.claim_token = heartbeat.claim_token
+       AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
 END
 $$;
 COMMENT ON FUNCTION fenceq.heartbeat(text, text, bigint, text, interval) IS
@@ -450,6 +538,11 @@ COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], int
 
 -- complete: record success for a live, not cancel-requested claim.
 -- True once; false for a stale, expired, terminal or cancel-requested fence.
+-- One statement: the innermost SELECT locks the row by primary key; the
+-- clock is read in the projection above that lock (a condition written
+-- beside the lock could be pushed below it), and the materialized CTE keeps
+-- the fence conditions on that reading, so a lock wait past the lease can
+-- never authorise the write.
 CREATE OR REPLACE FUNCTION fenceq.complete(
     job_id text, owner_id text, generation bigint, claim_token text,
     result jsonb DEFAULT NULL)
@@ -461,23 +554,27 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_job fenceq._jobs;
-    v_now timestamptz;
 BEGIN
-    IF complete.result IS NOT NULL THEN
+    IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
+                                           complete.generation, complete.claim_token), false) THEN
+        PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
+    END IF;
+    IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
     END IF;
-    v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
-                               complete.generation, complete.claim_token);
-    v_now := clock_timestamp();
-    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
-        RETURN false;
-    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                   j.cancel_requested
+              FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id
+               FOR UPDATE) AS l)
     UPDATE fenceq._jobs AS j
-       SET status = 'completed', result = complete.result, finished_at = v_now
-     WHERE j.job_id = complete.job_id;
-    RETURN true;
+       SET status = 'completed', result = complete.result, finished_at = l.locked_at
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
+       AND l.generation = complete.generation AND l.claim_token = complete.claim_token
+       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
 END
 $$;
 COMMENT ON FUNCTION fenceq.complete(text, text, bigint, text, jsonb) IS

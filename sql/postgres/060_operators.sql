@@ -43,7 +43,7 @@ COMMENT ON FUNCTION fenceq.cancel(text, boolean) IS
     'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
 
 -- Views: read-only windows on the private tables. No view shows a claim
--- token. Columns are only ever appended (CONTRACT §3).
+-- token. Columns are only ever appended (docs/guarantees.md §3).
 CREATE OR REPLACE VIEW fenceq.jobs AS
 SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.max_attempts, j.run_at, j.expires_at, j.owner_id, j.generation,
@@ -250,7 +250,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '1';
+    RETURN '2';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

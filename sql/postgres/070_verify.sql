@@ -176,18 +176,25 @@ BEGIN
     detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
     RETURN NEXT;
 
+    -- The one exception: private helpers the planner inlines into their
+    -- caller's statement (see _is_plain_duration): SQL functions with no SET
+    -- clause, which run only inside their callers, with the callers' rights
+    -- and pinned settings (no role is granted a private function).
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef;
+     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
+       AND NOT (p.proname LIKE '\_%' AND p.proconfig IS NULL
+                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql'));
     check_name := 'security_definer'; ok := v_bad IS NULL;
-    detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
+    detail := coalesce('not SECURITY DEFINER: ' || v_bad,
+                       'every function is SECURITY DEFINER but the inlined private helpers');
     RETURN NEXT;
 
     -- Planner settings the functions pin for their own plans (see part 5)
     -- are allowed beside the search_path, and nothing else.
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-     WHERE n.nspname = 'fenceq'
+     WHERE n.nspname = 'fenceq' AND p.prosecdef
        AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
                   WHERE c.setting NOT IN ('plan_cache_mode=force_generic_plan', 'enable_seqscan=off'))
            IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];

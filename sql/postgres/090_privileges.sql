@@ -58,7 +58,7 @@ REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 
--- Group roles (CONTRACT §10), NOLOGIN; applications log in as their own
+-- Group roles (docs/guarantees.md §10), NOLOGIN; applications log in as their own
 -- roles and are granted one of these. Roles are cluster-wide: membership
 -- grants the same rights in every database of the cluster where fenceq is
 -- installed. An existing role of these names that can log in is refused.
@@ -126,7 +126,7 @@ END
 $$;
 
 -- Admission: an install or migration refuses to finish on a schema that
--- fails any verify_schema check (CONTRACT §3).
+-- fails any verify_schema check (docs/guarantees.md §3).
 DO $$
 DECLARE
     v_failed text;

@@ -271,7 +271,7 @@ $$;
 
 ALTER FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) IS 'Private. Refuse queue settings that break the CONTRACT §2 rules (QF104, QF105).';
+COMMENT ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) IS 'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
 
 CREATE FUNCTION fenceq._check_time(value timestamp with time zone, what text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -303,169 +303,6 @@ $$;
 ALTER FUNCTION fenceq._checkpoints_of(job_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._checkpoints_of(job_id text) IS 'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
-
-CREATE FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) RETURNS SETOF fenceq.claim
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    SET plan_cache_mode TO 'force_generic_plan'
-    SET enable_seqscan TO 'off'
-    AS $_$
-#variable_conflict use_column
-DECLARE
-    v_count integer := cardinality(_claim.claim_tokens);
-    v_queue fenceq._queues;
-    v_active text[];
-    v_known integer;
-    v_now timestamptz;
-    v_picked text[];
-    v_claims fenceq.claim[];
-    v_recorded integer;
-    v_changed boolean;
-    v_exhausted boolean;
-BEGIN
-    -- Fast paths for the usual well-formed calls: one query-free expression
-    -- for a single claim, one expression for a batch numbered from 1.
-    -- Otherwise the checks run one by one and name what is wrong.
-    IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
-                    AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
-                    AND length(_claim.owner_id) BETWEEN 1 AND 255
-                    AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
-        IF NOT coalesce(array_ndims(_claim.queues) = 1 AND array_lower(_claim.queues, 1) = 1
-                        AND cardinality(_claim.queues) <= 10000
-                        AND array_ndims(_claim.claim_tokens) = 1 AND array_lower(_claim.claim_tokens, 1) = 1
-                        AND v_count <= 10000 AND length(_claim.owner_id) BETWEEN 1 AND 255
-                        AND _claim.lease IS NULL AND _claim.budget IS NULL
-                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
-                               FROM unnest(_claim.queues) AS n(name))
-                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
-                               FROM unnest(_claim.claim_tokens) AS t(token)), false) THEN
-            PERFORM fenceq._check_names(_claim.queues, 'queues');
-            PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
-            PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
-            PERFORM fenceq._check_interval(_claim.lease, 'lease');
-            PERFORM fenceq._check_interval(_claim.budget, 'budget');
-            -- Below, element i is [i]: renumber arrays sent with other bounds.
-            _claim.queues := ARRAY(SELECT unnest(_claim.queues));
-            _claim.claim_tokens := ARRAY(SELECT unnest(_claim.claim_tokens));
-        END IF;
-    END IF;
-
-    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-
-    v_now := clock_timestamp();
-    IF cardinality(_claim.queues) = 1 THEN
-        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
-        IF NOT FOUND THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        IF NOT v_queue.paused THEN
-            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
-              INTO v_picked, v_exhausted FROM (
-                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
-                    SELECT j.job_id, j.generation
-                      FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
-                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                     ORDER BY j.priority DESC, j.run_at, j.seq
-                     LIMIT v_count
-                       FOR UPDATE SKIP LOCKED) AS j) AS p;
-        END IF;
-    ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-          INTO v_active, v_known
-          FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
-        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        IF v_active IS NOT NULL THEN
-            -- EXECUTE plans this statement for its actual values every time: a
-            -- generic plan of the per-queue merge can lose the ordered index scan.
-            EXECUTE $sql$
-                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
-                       bool_or(c.generation = 9223372036854775807) FROM (
-                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
-                      FROM unnest($1::text[]) AS a(name)
-                     CROSS JOIN LATERAL (
-                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
-                          FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
-                           AND (j.expires_at IS NULL OR j.expires_at > $3)
-                         ORDER BY j.priority DESC, j.run_at, j.seq
-                         LIMIT $2
-                           FOR UPDATE OF j SKIP LOCKED) AS c
-                     ORDER BY c.priority DESC, c.run_at, c.seq
-                     LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
-        END IF;
-    END IF;
-
-    -- A used token is refused even when there is nothing to claim. Tokens
-    -- spent on picked jobs are checked by the ledger insert below (its
-    -- conflict rolls the claim back); only the rest are looked up here.
-    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
-        SELECT 1 FROM fenceq._claims AS c
-         WHERE c.claim_token = ANY (_claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-    IF v_picked IS NULL THEN
-        RETURN;
-    END IF;
-    -- A picked job already at the largest generation cannot be claimed again.
-    IF v_exhausted THEN
-        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
-    END IF;
-    v_now := clock_timestamp();  -- read after the picked rows are locked
-
-    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
-    -- trigger or coercion that changes it rolls the whole claim back (QF302).
-    WITH picked AS (
-        SELECT p.job_id, p.ordinal, _claim.claim_tokens[p.ordinal] AS token
-          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
-    claimed AS (
-        UPDATE fenceq._jobs AS j
-           SET status = 'claimed',
-               attempts = j.attempts + 1,
-               generation = j.generation + 1,
-               owner_id = _claim.owner_id,
-               claim_token = p.token,
-               lease = coalesce(_claim.lease, q.lease),
-               lease_expires_at = least(v_now + coalesce(_claim.lease, q.lease), v_now + _claim.budget),
-               budget_expires_at = v_now + _claim.budget,
-               cancel_requested = false,
-               pid = NULL
-          FROM picked AS p, fenceq._queues AS q
-         WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token),
-    recorded AS (
-        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
-        SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
-        ON CONFLICT (claim_token) DO NOTHING
-        RETURNING 1)
-    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
-                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
-                         c.cancel_requested, c.submission_id,
-                         -- Checkpoints need a live fence: a first claim has none to read.
-                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
-                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
-           (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
-      INTO v_claims, v_recorded, v_changed
-      FROM claimed AS c;
-    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
-        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
-    END IF;
-    IF v_recorded <> cardinality(v_claims) THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-    RETURN QUERY SELECT * FROM unnest(v_claims);
-END
-$_$;
-
-ALTER FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) OWNER TO fenceq_owner;
-
-COMMENT ON FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) IS 'Private. The body of claim_next and claim_batch.';
 
 SET default_table_access_method = heap;
 
@@ -579,6 +416,46 @@ $$;
 ALTER FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) IS 'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+
+CREATE FUNCTION fenceq._is_plain_duration(value interval) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((value IS NULL) OR ((value > '00:00:00'::interval) AND (value < '1000000:00:00'::interval) AND (date_part('year'::text, value) = (0)::double precision) AND (date_part('month'::text, value) = (0)::double precision) AND (date_part('day'::text, value) = (0)::double precision)));
+
+ALTER FUNCTION fenceq._is_plain_duration(value interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._is_plain_duration(value interval) IS 'Private, inlined. True for NULL or a positive duration without month or day parts under a million hours.';
+
+CREATE FUNCTION fenceq._is_plain_fence(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (((length(job_id) >= 1) AND (length(job_id) <= 36)) AND ((length(owner_id) >= 1) AND (length(owner_id) <= 255)) AND ((length(claim_token) >= 1) AND (length(claim_token) <= 255)) AND (generation >= 1));
+
+ALTER FUNCTION fenceq._is_plain_fence(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._is_plain_fence(job_id text, owner_id text, generation bigint, claim_token text) IS 'Private, inlined. True for a well-formed fence; NULL when a part is NULL.';
+
+CREATE FUNCTION fenceq._is_plain_json(value jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((value IS NULL) OR ((NOT jsonb_path_exists(value, 'strict $.**{128}?(@.type() == "object" || @.type() == "array")'::jsonpath)) AND (octet_length((value)::text) <= 1048576)));
+
+ALTER FUNCTION fenceq._is_plain_json(value jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._is_plain_json(value jsonb) IS 'Private, inlined. True for NULL or JSON under the depth and size bounds by a cheap measure.';
+
+CREATE FUNCTION fenceq._is_plain_json_int(value jsonb, min integer) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE jsonb_typeof(value) WHEN 'number'::text THEN (((((value #>> '{}'::text[]))::numeric >= (min)::numeric) AND (((value #>> '{}'::text[]))::numeric <= (2147483647)::numeric)) AND (((value #>> '{}'::text[]))::numeric = trunc(((value #>> '{}'::text[]))::numeric))) ELSE COALESCE((jsonb_typeof(value) = 'null'::text), true) END;
+
+ALTER FUNCTION fenceq._is_plain_json_int(value jsonb, min integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._is_plain_json_int(value jsonb, min integer) IS 'Private, inlined. True for an absent or null field or a JSON integer from min to 2^31-1.';
+
+CREATE FUNCTION fenceq._is_plain_time(value timestamp with time zone) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((value IS NULL) OR ((value >= '0001-01-01 00:00:00+00'::timestamp with time zone) AND (value < '10000-01-01 00:00:00+00'::timestamp with time zone)));
+
+ALTER FUNCTION fenceq._is_plain_time(value timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._is_plain_time(value timestamp with time zone) IS 'Private, inlined. True for NULL or a timestamp within years 0001-9999 UTC.';
 
 CREATE FUNCTION fenceq._json_bool(value jsonb, what text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -732,6 +609,14 @@ $$;
 ALTER FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) IS 'Private. Lock a job row, then judge the fence on a clock read after the lock: the row when live, else NULLs.';
+
+CREATE FUNCTION fenceq._new_job_id() RETURNS text
+    LANGUAGE sql
+    RETURN ((encode(set_bit(set_bit(OVERLAY(uuid_send(gen_random_uuid()) PLACING SUBSTRING(int8send(((EXTRACT(epoch FROM clock_timestamp()) * (1000)::numeric))::bigint) FROM 3) FROM 1 FOR 6), (52)::bigint, 1), (53)::bigint, 1), 'hex'::text))::uuid)::text;
+
+ALTER FUNCTION fenceq._new_job_id() OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._new_job_id() IS 'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
 
 CREATE FUNCTION fenceq._notify_jobs(queue text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -913,7 +798,7 @@ BEGIN
         OR EXISTS (SELECT 1 FROM fenceq._submissions AS s WHERE s.job_id = _submit.job_id)) THEN
         PERFORM fenceq._raise('QF203', 'the job id is taken');
     END IF;
-    v_job_id := coalesce(_submit.job_id, gen_random_uuid()::text);
+    v_job_id := coalesce(_submit.job_id, fenceq._new_job_id());
     v_now := clock_timestamp();
 
     IF _submit.submission_id IS NOT NULL THEN
@@ -1132,12 +1017,161 @@ COMMENT ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation big
 CREATE FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $_$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(claim_batch.claim_tokens);
+    v_queue fenceq._queues;
+    v_active text[];
+    v_known integer;
+    v_now timestamptz;
+    v_picked text[];
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_exhausted boolean;
 BEGIN
-    RETURN QUERY SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
-        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget);
+    -- Fast paths for the usual well-formed calls: one query-free expression
+    -- for a single claim, one expression for a batch numbered from 1.
+    -- Otherwise the checks run one by one and name what is wrong.
+    IF NOT coalesce(cardinality(claim_batch.queues) = 1 AND length(claim_batch.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(claim_batch.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                    AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL, false) THEN
+        IF NOT coalesce(array_ndims(claim_batch.queues) = 1 AND array_lower(claim_batch.queues, 1) = 1
+                        AND cardinality(claim_batch.queues) <= 10000
+                        AND array_ndims(claim_batch.claim_tokens) = 1 AND array_lower(claim_batch.claim_tokens, 1) = 1
+                        AND v_count <= 10000 AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                        AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL
+                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_batch.queues) AS n(name))
+                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_batch.claim_tokens) AS t(token)), false) THEN
+            PERFORM fenceq._check_names(claim_batch.queues, 'queues');
+            PERFORM fenceq._check_name(claim_batch.owner_id, 'owner_id');
+            PERFORM fenceq._check_names(claim_batch.claim_tokens, 'claim_tokens');
+            PERFORM fenceq._check_interval(claim_batch.lease, 'lease');
+            PERFORM fenceq._check_interval(claim_batch.budget, 'budget');
+            -- Below, element i is [i]: renumber arrays sent with other bounds.
+            claim_batch.queues := ARRAY(SELECT unnest(claim_batch.queues));
+            claim_batch.claim_tokens := ARRAY(SELECT unnest(claim_batch.claim_tokens));
+        END IF;
+    END IF;
+
+    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(claim_batch.claim_tokens) AS t(token)) <> v_count THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+
+    v_now := clock_timestamp();
+    IF cardinality(claim_batch.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = claim_batch.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF NOT v_queue.paused THEN
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO v_picked, v_exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT v_count
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
+        END IF;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+          INTO v_active, v_known
+          FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues);
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_active IS NOT NULL THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                     ORDER BY c.priority DESC, c.run_at, c.seq
+                     LIMIT $2) AS c
+            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
+        END IF;
+    END IF;
+
+    -- A used token is refused even when there is nothing to claim. Tokens
+    -- spent on picked jobs are checked by the ledger insert below (its
+    -- conflict rolls the claim back); only the rest are looked up here.
+    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
+        SELECT 1 FROM fenceq._claims AS c
+         WHERE c.claim_token = ANY (claim_batch.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    -- A picked job already at the largest generation cannot be claimed again.
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    v_now := clock_timestamp();  -- read after the picked rows are locked
+
+    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
+    -- trigger or coercion that changes it rolls the whole claim back (QF302).
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal, claim_batch.claim_tokens[p.ordinal] AS token
+          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = claim_batch.owner_id,
+               claim_token = p.token,
+               lease = coalesce(claim_batch.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(claim_batch.lease, q.lease), v_now + claim_batch.budget),
+               budget_expires_at = v_now + claim_batch.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT count(*) FROM recorded),
+           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+      INTO v_claims, v_recorded, v_changed
+      FROM claimed AS c;
+    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded <> cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
 END
-$$;
+$_$;
 
 ALTER FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) OWNER TO fenceq_owner;
 
@@ -1146,10 +1180,104 @@ COMMENT ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_token
 CREATE FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
+    v_old_generation bigint;
+    v_recorded boolean;
 BEGIN
-    RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
-        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+    IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
+                    AND length(claim_next.queues[1]) BETWEEN 1 AND 255
+                    AND length(claim_next.owner_id) BETWEEN 1 AND 255
+                    AND length(claim_next.claim_token) BETWEEN 1 AND 255
+                    AND fenceq._is_plain_duration(claim_next.lease)
+                    AND fenceq._is_plain_duration(claim_next.budget), false) THEN
+        RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+            ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+        RETURN;
+    END IF;
+
+    v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
+    WITH queue AS MATERIALIZED (
+        SELECT q.lease FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1] AND NOT q.paused),
+    picked AS MATERIALIZED (
+        -- The outer projection runs above the row lock, so its clock reading
+        -- is taken once the row is held.
+        SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.generation
+              FROM fenceq._jobs AS j
+             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+               AND EXISTS (SELECT 1 FROM queue)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT 1
+               FOR UPDATE OF j SKIP LOCKED) AS p),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               -- At the largest generation the row keeps it, and the claim
+               -- is refused below (QF303) before anything commits.
+               generation = CASE WHEN p.generation < 9223372036854775807 THEN p.generation + 1
+                                 ELSE p.generation END,
+               owner_id = claim_next.owner_id,
+               claim_token = claim_next.claim_token,
+               lease = coalesce(claim_next.lease, q.lease),
+               lease_expires_at = least(p.locked_at + coalesce(claim_next.lease, q.lease),
+                                        p.locked_at + claim_next.budget),
+               budget_expires_at = p.locked_at + claim_next.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, queue AS q
+         WHERE j.job_id = p.job_id
+        RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
+                  j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
+                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT claim_next.claim_token, c.job_id, c.generation, claim_next.owner_id, c.locked_at
+          FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                     c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                     c.cancel_requested, c.submission_id, '{}'::jsonb)::fenceq.claim],
+           c.old_generation, EXISTS (SELECT 1 FROM recorded)
+      INTO v_claim, v_old_generation, v_recorded
+      FROM claimed AS c;
+
+    IF v_claim IS NULL THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise.
+        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN;
+    END IF;
+    IF v_old_generation = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    -- Storage must keep exactly what was sent: a trigger or coercion that
+    -- changed it rolls the whole claim back.
+    IF v_claim[1].owner_id IS DISTINCT FROM claim_next.owner_id
+       OR v_claim[1].claim_token IS DISTINCT FROM claim_next.claim_token THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF NOT v_recorded THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    -- Checkpoints need an earlier claim: a first claim has none to read
+    -- (and its statement stays free of the lookup).
+    IF v_claim[1].generation > 1 THEN
+        v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
+    END IF;
+    RETURN NEXT v_claim[1];
 END
 $$;
 
@@ -1185,23 +1313,27 @@ CREATE FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, c
     SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
-DECLARE
-    v_job fenceq._jobs;
-    v_now timestamptz;
 BEGIN
-    IF complete.result IS NOT NULL THEN
+    IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
+                                           complete.generation, complete.claim_token), false) THEN
+        PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
+    END IF;
+    IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
     END IF;
-    v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
-                               complete.generation, complete.claim_token);
-    v_now := clock_timestamp();
-    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
-        RETURN false;
-    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                   j.cancel_requested
+              FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id
+               FOR UPDATE) AS l)
     UPDATE fenceq._jobs AS j
-       SET status = 'completed', result = complete.result, finished_at = v_now
-     WHERE j.job_id = complete.job_id;
-    RETURN true;
+       SET status = 'completed', result = complete.result, finished_at = l.locked_at
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
+       AND l.generation = complete.generation AND l.claim_token = complete.claim_token
+       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
 END
 $$;
 
@@ -1418,23 +1550,26 @@ CREATE FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, 
     SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
-DECLARE
-    v_job fenceq._jobs;
-    v_now timestamptz;
 BEGIN
-    IF heartbeat.lease IS NOT NULL THEN
+    IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
+                                           heartbeat.generation, heartbeat.claim_token), false) THEN
+        PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
+    END IF;
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
         PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
     END IF;
-    v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
-                               heartbeat.generation, heartbeat.claim_token);
-    v_now := clock_timestamp();
-    IF v_job.job_id IS NULL THEN
-        RETURN false;
-    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at
+              FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id
+               FOR UPDATE) AS l)
     UPDATE fenceq._jobs AS j
-       SET lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
-     WHERE j.job_id = heartbeat.job_id;
-    RETURN true;
+       SET lease_expires_at = least(l.locked_at + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = heartbeat.owner_id
+       AND l.generation = heartbeat.generation AND l.claim_token = heartbeat.claim_token
+       AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
 END
 $$;
 
@@ -1779,11 +1914,73 @@ COMMENT ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) IS 'Turn
 CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
+#variable_conflict use_column
+DECLARE
+    v_payload jsonb := CASE WHEN jsonb_typeof(submit.payload) = 'null' THEN NULL ELSE submit.payload END;
+    v_fingerprint text;
+    v_job_id text;
+    v_notify boolean;
+    v_existing fenceq._submissions;
 BEGIN
-    RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
-        submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-        submit.max_attempts, submit.active_key, submit.force);
+    IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
+                    AND length(submit.queue) BETWEEN 1 AND 255 AND length(submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(submit.max_attempts >= 1, true)
+                    AND fenceq._is_plain_time(submit.run_at) AND fenceq._is_plain_time(submit.expires_at)
+                    AND fenceq._is_plain_json(v_payload), false) THEN
+        RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+            submit.job_id, submit.priority, submit.run_at, submit.expires_at,
+            submit.max_attempts, submit.active_key, submit.force);
+    END IF;
+    IF submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint(submit.queue, submit.task, v_payload,
+            submit.submission_id, NULL, submit.priority, submit.run_at,
+            submit.expires_at, submit.max_attempts, NULL, false);
+    END IF;
+
+    WITH queue AS MATERIALIZED (
+        SELECT q.queue, q.max_attempts, q.notify, clock_timestamp() AS now,
+               fenceq._new_job_id() AS job_id
+          FROM fenceq._queues AS q WHERE q.queue = submit.queue),
+    reserved AS (  -- a submission identity, when there is one, before its job
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        SELECT submit.submission_id, v_fingerprint, q.job_id, q.queue, q.now
+          FROM queue AS q WHERE submit.submission_id IS NOT NULL
+        ON CONFLICT (submission_id) DO NOTHING
+        RETURNING s.job_id),
+    inserted AS (
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, created_at)
+        SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
+               coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now
+          FROM queue AS q
+         WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
+        ON CONFLICT DO NOTHING
+        RETURNING j.job_id, j.run_at <= j.created_at AS due)
+    SELECT i.job_id, i.due AND q.notify INTO v_job_id, v_notify
+      FROM queue AS q LEFT JOIN inserted AS i ON true;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_job_id IS NULL THEN
+        SELECT * INTO v_existing FROM fenceq._submissions AS s WHERE s.submission_id = submit.submission_id;
+        IF v_existing.fingerprint = v_fingerprint THEN
+            RETURN v_existing.job_id;  -- an exact replay
+        END IF;
+        IF v_existing.submission_id IS NOT NULL THEN
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+        -- A generated job id that is taken (a UUID collision): refuse whole.
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    IF v_notify THEN
+        PERFORM pg_notify('fenceq_jobs', submit.queue);
+    END IF;
+    RETURN v_job_id;
 END
 $$;
 
@@ -1804,6 +2001,15 @@ DECLARE
     v_index bigint;
     v_queue fenceq._queues;
     v_now timestamptz;
+    v_tasks text[];
+    v_payloads jsonb[];
+    v_submission_ids text[];
+    v_priorities integer[];
+    v_max_attempts integer[];
+    v_fingerprints text[];
+    v_new_ids text[];
+    v_fresh bigint[];
+    v_conflict bigint;
 BEGIN
     PERFORM fenceq._check_name(submit_batch.queue, 'queue');
     IF submit_batch.requests IS NULL OR jsonb_typeof(submit_batch.requests) <> 'array' THEN
@@ -1831,7 +2037,7 @@ BEGIN
                     'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
         v_now := clock_timestamp();
-        v_ids := ARRAY(SELECT gen_random_uuid()::text
+        v_ids := ARRAY(SELECT fenceq._new_job_id()
                          FROM generate_series(1, jsonb_array_length(submit_batch.requests)));
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
                                        run_at, created_at)
@@ -1841,6 +2047,99 @@ BEGIN
           FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
          ORDER BY r.ordinality;  -- seq follows input order
         IF cardinality(v_ids) > 0 AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
+        END IF;
+        RETURN v_ids;
+    END IF;
+
+    -- Owned path: requests with a submission id, priority or max_attempts
+    -- besides task and payload, every value valid as it stands.
+    IF (SELECT coalesce(bool_and(coalesce(
+                jsonb_typeof(r.value) = 'object'
+                AND (r.value - 'task' - 'payload' - 'submission_id' - 'priority' - 'max_attempts') = '{}'::jsonb
+                AND jsonb_typeof(r.value -> 'task') = 'string'
+                AND length(r.value ->> 'task') BETWEEN 1 AND 255
+                AND CASE jsonb_typeof(r.value -> 'submission_id')
+                        WHEN 'string' THEN length(r.value ->> 'submission_id') BETWEEN 1 AND 255
+                        ELSE coalesce(jsonb_typeof(r.value -> 'submission_id') = 'null', true) END
+                AND fenceq._is_plain_json_int(r.value -> 'priority', -2147483648)
+                AND fenceq._is_plain_json_int(r.value -> 'max_attempts', 1)
+                AND fenceq._is_plain_json(r.value -> 'payload'), false)), true)
+          FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
+               array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
+               array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
+               -- The fingerprint of each request as submit computes it
+               -- (_fingerprint, with the parameters this path leaves NULL
+               -- spelled out); a flat object payload is canonicalised here.
+               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN 'fq1:' || encode(sha256(convert_to(
+                   '{"active_key":null,"expires_at":null,"force":false,"job_id":null,"max_attempts":'
+                   || coalesce(e.max_attempts::text, 'null')
+                   || ',"payload":' || CASE jsonb_typeof(e.payload)
+                        WHEN 'object' THEN '{' || coalesce((
+                            SELECT string_agg(to_json(m.key)::text || ':' ||
+                                       CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
+                                            THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
+                                   ',' ORDER BY m.key COLLATE "C")
+                              FROM jsonb_each(e.payload) AS m), '') || '}'
+                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
+                        ELSE coalesce(e.payload::text, 'null') END
+                   || ',"priority":' || coalesce(e.priority::text, 'null')
+                   || ',"queue":' || to_json(submit_batch.queue)::text
+                   || ',"run_at":null,"submission_id":' || to_json(e.submission_id)::text
+                   || ',"task":' || to_json(e.task)::text || ',"v":1}', 'UTF8')), 'hex') END ORDER BY e.i)
+          INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
+          FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
+                       CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
+                            ELSE r.value -> 'payload' END AS payload,
+                       r.value ->> 'submission_id' AS submission_id,
+                       (r.value ->> 'priority')::numeric::integer AS priority,
+                       (r.value ->> 'max_attempts')::numeric::integer AS max_attempts,
+                       fenceq._new_job_id() AS new_id
+                  FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r) AS e;
+        IF v_tasks IS NULL THEN
+            RETURN '{}';
+        END IF;
+        -- The same global order as every other path takes its identities in.
+        PERFORM fenceq._lock_identities(ARRAY(
+            SELECT 'fenceq.submission:' || i.id FROM unnest(v_submission_ids) AS i(id) WHERE i.id IS NOT NULL));
+        v_now := clock_timestamp();
+        -- Reserve each new identity for its first request in the batch. An
+        -- identity retained already (or committed meanwhile by a submit that
+        -- holds no lock) is left as it is and answered from below.
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        SELECT DISTINCT ON (u.submission_id) u.submission_id, u.fingerprint, u.new_id, submit_batch.queue, v_now
+          FROM unnest(v_submission_ids, v_fingerprints, v_new_ids) WITH ORDINALITY AS u(submission_id, fingerprint,
+                                                                                         new_id, i)
+         WHERE u.submission_id IS NOT NULL
+         ORDER BY u.submission_id, u.i
+        ON CONFLICT (submission_id) DO NOTHING;
+        -- Each request's answer: its own new job when it has no identity or
+        -- reserved it just now (the row holds this request's new id), else
+        -- the retained job, or the first request whose content differs.
+        SELECT array_agg(coalesce(s.job_id, u.new_id) ORDER BY u.i),
+               array_agg(u.i) FILTER (WHERE s.job_id IS NULL OR s.job_id = u.new_id),
+               min(u.i) FILTER (WHERE s.fingerprint IS DISTINCT FROM u.fingerprint)
+          INTO v_ids, v_fresh, v_conflict
+          FROM unnest(v_submission_ids, v_fingerprints, v_new_ids) WITH ORDINALITY AS u(submission_id, fingerprint,
+                                                                                         new_id, i)
+          LEFT JOIN fenceq._submissions AS s ON s.submission_id = u.submission_id;
+        IF v_conflict IS NOT NULL THEN
+            PERFORM set_config('fenceq.batch_index', (v_conflict - 1)::text, true);
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+                                       run_at, submission_id, fingerprint, created_at)
+        SELECT v_new_ids[f.i], submit_batch.queue, v_tasks[f.i], v_payloads[f.i], coalesce(v_priorities[f.i], 0),
+               coalesce(v_max_attempts[f.i], v_queue.max_attempts), v_now, v_submission_ids[f.i],
+               v_fingerprints[f.i], v_now
+          FROM unnest(v_fresh) AS f(i)
+         ORDER BY f.i  -- seq follows input order
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND AND cardinality(v_fresh) > 0 THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+        END IF;
+        IF cardinality(v_fresh) > 0 AND v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
         END IF;
         RETURN v_ids;
@@ -2058,18 +2357,25 @@ BEGIN
     detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
     RETURN NEXT;
 
+    -- The one exception: private helpers the planner inlines into their
+    -- caller's statement (see _is_plain_duration): SQL functions with no SET
+    -- clause, which run only inside their callers, with the callers' rights
+    -- and pinned settings (no role is granted a private function).
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef;
+     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
+       AND NOT (p.proname LIKE '\_%' AND p.proconfig IS NULL
+                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql'));
     check_name := 'security_definer'; ok := v_bad IS NULL;
-    detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
+    detail := coalesce('not SECURITY DEFINER: ' || v_bad,
+                       'every function is SECURITY DEFINER but the inlined private helpers');
     RETURN NEXT;
 
     -- Planner settings the functions pin for their own plans (see part 5)
     -- are allowed beside the search_path, and nothing else.
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-     WHERE n.nspname = 'fenceq'
+     WHERE n.nspname = 'fenceq' AND p.prosecdef
        AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
                   WHERE c.setting NOT IN ('plan_cache_mode=force_generic_plan', 'enable_seqscan=off'))
            IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
@@ -2110,7 +2416,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '1';
+    RETURN '2';
 END
 $$;
 
@@ -2345,8 +2651,6 @@ REVOKE ALL ON FUNCTION fenceq._check_time(value timestamp with time zone, what t
 
 REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._claim(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
@@ -2354,6 +2658,16 @@ REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb,
 REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._is_plain_duration(value interval) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._is_plain_fence(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._is_plain_json(value jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._is_plain_json_int(value jsonb, min integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._is_plain_time(value timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._json_bool(value jsonb, what text) FROM PUBLIC;
 
@@ -2366,6 +2680,8 @@ REVOKE ALL ON FUNCTION fenceq._json_time(value jsonb, what text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._new_job_id() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
 

@@ -1,4 +1,5 @@
 -- fenceq for SQLite: cancel -- cancel a job.
+-- Generated from templates/cancel.sql by scripts/gen-sqlite: edit the template.
 --
 -- Pending -> 'cancelled'. Claimed -> 'cancel_requested' (the worker
 -- acknowledges), or 'cancelled' at once with force, which kills the fence.
@@ -6,26 +7,25 @@
 --
 -- Parameters: :job_id TEXT (1 to 36 characters); :force INTEGER 0/1 (NULL = 0).
 -- Result: one row (sqlstate, message, detail, value TEXT or NULL).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
---
--- Differs from PostgreSQL in that no fenceq_control notification is sent:
--- workers see the request through claim_state.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+-- Differs from PostgreSQL in that no fenceq_control notification is sent
+-- (workers see the request through claim_state), and a NULL force means
+-- false (PostgreSQL refuses an explicit NULL with QF100).
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
-CREATE TEMP TABLE IF NOT EXISTS fenceq_cancel (seq INTEGER NOT NULL, answer TEXT NOT NULL, now INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS fenceq_cancel (
+    seq INTEGER NOT NULL, answer TEXT NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_cancel;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: job_id must be 1 to 36 characters' AS message
-     WHERE NOT (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0)
-    UNION ALL SELECT 2, 'QF100', 'fenceq: force must be a boolean' WHERE NOT (:force IS NULL OR (typeof(:force) = 'integer' AND :force IN (0, 1)))
+     WHERE NOT (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36
+                AND instr(CAST(:job_id AS BLOB), x'00') = 0)
+    UNION ALL SELECT 2, 'QF100', 'fenceq: force must be a boolean'
+     WHERE NOT (:force IS NULL
+                OR (typeof(:force) = 'integer' AND :force IN (0, 1)))
 ) ORDER BY rank LIMIT 1;
 INSERT INTO temp.fenceq_cancel (seq, answer, now)
 SELECT j.seq,
@@ -41,7 +41,8 @@ UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 UPDATE fenceq__jobs SET cancel_requested = 1
   FROM temp.fenceq_cancel AS c
- WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+ WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT c.answer FROM temp.fenceq_cancel AS c) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

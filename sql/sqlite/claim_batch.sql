@@ -1,4 +1,5 @@
 -- fenceq for SQLite: claim_batch -- claim up to one job per token.
+-- Generated from templates/claim_batch.sql by scripts/gen-sqlite: edit the template.
 --
 -- The next eligible jobs (pending, due, not expired, queue not paused)
 -- across the queues, in priority desc, run_at, submission order, paired
@@ -13,14 +14,7 @@
 -- columns job_id, queue, task, payload, priority, attempt, max_attempts,
 -- owner_id, generation, claim_token, lease_expires_at, budget_expires_at,
 -- cancel_requested, submission_id, checkpoints), or one error row.
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that there is no SKIP LOCKED: BEGIN
 -- IMMEDIATE serialises writers on the whole file, so concurrent claimers
@@ -28,7 +22,8 @@
 -- job; order is strict across callers too. Each queue's head is read
 -- through the partial claim index, then the heads are merged. A claim time
 -- beyond year 9999 raises 22008 (PostgreSQL: timestamp out of range).
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
@@ -36,34 +31,64 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
 DELETE FROM temp.fenceq_claim;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
-    SELECT 1 AS rank, 'QF100' AS sqlstate, 'fenceq: queues must be a non-empty array of at most 10000 elements' AS message
+    SELECT 1 AS rank, 'QF100' AS sqlstate,
+           'fenceq: queues must be a non-empty array of at most 10000 elements' AS message
      WHERE NOT coalesce(typeof(:queues) = 'text'
-                        AND json_array_length(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) BETWEEN 1 AND 10000, 0)
+                        AND json_array_length(CASE WHEN json_valid(:queues)
+                                                   THEN CASE WHEN json_type(:queues) = 'array'
+                                                             THEN :queues END END) BETWEEN 1 AND 10000, 0)
     UNION ALL SELECT 2, 'QF102', 'fenceq: queues must hold strings of 1 to 255 characters'
-     WHERE NOT instr(replace(:queues, '\\', ''), '\u0000') = 0 OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a
-                                           WHERE NOT (a.type = 'text' AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 255 AND instr(CAST(a.value AS BLOB), x'00') = 0)))
-    UNION ALL SELECT 3, 'QF102', 'fenceq: owner_id must be 1 to 255 characters' WHERE NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
+     WHERE NOT instr(replace(:queues, '\\', ''), '\u0000') = 0
+        OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:queues)
+                                                THEN CASE WHEN json_type(:queues) = 'array'
+                                                          THEN :queues END END) AS a
+                    WHERE NOT (a.type = 'text' AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 255
+                                                    AND instr(CAST(a.value AS BLOB), x'00') = 0)))
+    UNION ALL SELECT 3, 'QF102', 'fenceq: owner_id must be 1 to 255 characters'
+     WHERE NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255
+                AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
     UNION ALL SELECT 4, 'QF100', 'fenceq: claim_tokens must be a non-empty array of at most 10000 elements'
      WHERE NOT coalesce(typeof(:claim_tokens) = 'text'
-                        AND json_array_length(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END) BETWEEN 1 AND 10000, 0)
+                        AND json_array_length(CASE WHEN json_valid(:claim_tokens)
+                                                   THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                             THEN :claim_tokens END END) BETWEEN 1 AND 10000, 0)
     UNION ALL SELECT 5, 'QF102', 'fenceq: claim_tokens must hold strings of 1 to 255 characters'
-     WHERE NOT instr(replace(:claim_tokens, '\\', ''), '\u0000') = 0 OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END) AS t
-                                                 WHERE NOT (t.type = 'text' AND (typeof(t.value) = 'text' AND length(t.value) BETWEEN 1 AND 255 AND instr(CAST(t.value AS BLOB), x'00') = 0)))
-    UNION ALL SELECT 6, 'QF105', 'fenceq: lease must be positive' WHERE NOT (:lease IS NULL OR (typeof(:lease) = 'integer' AND :lease > 0))
-    UNION ALL SELECT 7, 'QF105', 'fenceq: budget must be positive' WHERE NOT (:budget IS NULL OR (typeof(:budget) = 'integer' AND :budget > 0))
+     WHERE NOT instr(replace(:claim_tokens, '\\', ''), '\u0000') = 0
+        OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:claim_tokens)
+                                                THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                          THEN :claim_tokens END END) AS t
+                    WHERE NOT (t.type = 'text' AND (typeof(t.value) = 'text' AND length(t.value) BETWEEN 1 AND 255
+                                                    AND instr(CAST(t.value AS BLOB), x'00') = 0)))
+    UNION ALL SELECT 6, 'QF105', 'fenceq: lease must be positive'
+     WHERE NOT (:lease IS NULL
+                OR (typeof(:lease) = 'integer' AND :lease > 0))
+    UNION ALL SELECT 7, 'QF105', 'fenceq: budget must be positive'
+     WHERE NOT (:budget IS NULL
+                OR (typeof(:budget) = 'integer' AND :budget > 0))
     UNION ALL SELECT 8, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
-     WHERE (SELECT count(DISTINCT t.value) FROM json_each(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END) AS t)
-           <> json_array_length(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END)
-        OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END) AS t
+     WHERE (SELECT count(DISTINCT t.value) FROM json_each(CASE WHEN json_valid(:claim_tokens)
+                                                               THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                                         THEN :claim_tokens END END) AS t)
+           <> json_array_length(CASE WHEN json_valid(:claim_tokens)
+                                     THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                               THEN :claim_tokens END END)
+        OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(:claim_tokens)
+                                                THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                          THEN :claim_tokens END END) AS t
                      JOIN fenceq__claims AS c ON c.claim_token = t.value)
     UNION ALL SELECT 9, 'QF101', 'fenceq: unknown queue'
-     WHERE (SELECT count(DISTINCT a.value) FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a)
+     WHERE (SELECT count(DISTINCT a.value) FROM json_each(CASE WHEN json_valid(:queues)
+                                                               THEN CASE WHEN json_type(:queues) = 'array'
+                                                                         THEN :queues END END) AS a)
            <> (SELECT count(*) FROM fenceq__queues AS q
-                WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a))
+                WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues)
+                                                                     THEN CASE WHEN json_type(:queues) = 'array'
+                                                                               THEN :queues END END) AS a))
 ) ORDER BY rank LIMIT 1;
 -- Each active queue's head rows through the claim index (at most one per
 -- token), merged in claim order and paired with the tokens.
-WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
      heads AS (
         SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
           FROM fenceq__queues AS q
@@ -73,12 +98,19 @@ WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(s
                 WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
                   AND (h.expires_at IS NULL OR h.expires_at > clock.now)
                 ORDER BY h.priority DESC, h.run_at, h.seq
-                LIMIT json_array_length(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END))
-         WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END) AS a) AND NOT q.paused)
+                LIMIT json_array_length(CASE WHEN json_valid(:claim_tokens)
+                                             THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                       THEN :claim_tokens END END))
+         WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues)
+                                                              THEN CASE WHEN json_type(:queues) = 'array'
+                                                                        THEN :queues END END) AS a) AND NOT q.paused)
 INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
 SELECT c.ord, c.seq, t.value, c.generation, coalesce(:lease, c.queue_lease), clock.now
-  FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.* FROM heads AS h) AS c
-  JOIN json_each(CASE WHEN json_valid(:claim_tokens) THEN CASE WHEN json_type(:claim_tokens) = 'array' THEN :claim_tokens END END) AS t ON t.key = c.ord - 1
+  FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
+          FROM heads AS h) AS c
+  JOIN json_each(CASE WHEN json_valid(:claim_tokens)
+                      THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                THEN :claim_tokens END END) AS t ON t.key = c.ord - 1
   JOIN clock
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO temp.fenceq_error (sqlstate, message)
@@ -97,7 +129,8 @@ UPDATE fenceq__jobs
        owner_id = :owner_id,
        claim_token = c.token,
        lease = c.lease,
-       lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease ELSE min(c.now + c.lease, c.now + :budget) END,
+       lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease
+                               ELSE min(c.now + c.lease, c.now + :budget) END,
        budget_expires_at = c.now + :budget,
        cancel_requested = 0,
        pid = NULL
@@ -119,19 +152,24 @@ SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attemp
        generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
        checkpoints
   FROM (
-    SELECT 0 AS ord, e.sqlstate, e.message, e.detail, NULL AS job_id, NULL AS queue, NULL AS task,
-           NULL AS payload, NULL AS priority, NULL AS attempt, NULL AS max_attempts, NULL AS owner_id,
-           NULL AS generation, NULL AS claim_token, NULL AS lease_expires_at, NULL AS budget_expires_at,
-           NULL AS cancel_requested, NULL AS submission_id, NULL AS checkpoints
+    SELECT 0 AS ord, e.sqlstate, e.message, e.detail,
+           NULL AS job_id, NULL AS queue, NULL AS task, NULL AS payload, NULL AS priority, NULL AS attempt,
+           NULL AS max_attempts, NULL AS owner_id, NULL AS generation, NULL AS claim_token,
+           NULL AS lease_expires_at, NULL AS budget_expires_at, NULL AS cancel_requested, NULL AS submission_id,
+           NULL AS checkpoints
       FROM temp.fenceq_error AS e
     UNION ALL
-    SELECT c.ord, NULL, NULL, NULL, j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts,
-           j.max_attempts, j.owner_id, j.generation, j.claim_token,
-           strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000),
-           strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000),
+    SELECT c.ord, NULL, NULL, NULL,
+           j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts, j.owner_id,
+           j.generation, j.claim_token,
+           strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0),
+                    'unixepoch')
+           || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000),
+           strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0),
+                    'unixepoch')
+           || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000),
            j.cancel_requested, j.submission_id,
-           (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k
-             WHERE k.job_id = j.job_id)
+           (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k WHERE k.job_id = j.job_id)
       FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
      WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
  ORDER BY ord;

@@ -1,12 +1,13 @@
 -- fenceq for SQLite: claim_next -- claim the next eligible job across queues.
+-- Generated from templates/claim_next.sql by scripts/gen-sqlite: edit the template.
 --
 -- The next eligible job (pending, due, not expired, queue not paused)
 -- across the queues, in priority desc, run_at, submission order. Not
 -- idempotent by design: each call needs a fresh claim_token (QF301 for one
 -- in the claim ledger); after an uncertain answer call recover_claim with
 -- the same token. An empty queue array raises QF100, an undeclared queue
--- QF101. NULL lease takes the
--- queue's; with a budget, lease_expires_at = min(now + lease, now + budget).
+-- QF101. NULL lease takes the queue's; with a budget, lease_expires_at =
+-- min(now + lease, now + budget).
 --
 -- Parameters: :queues JSON array of TEXT; :owner_id TEXT; :claim_token
 -- TEXT; :lease, :budget INTEGER microseconds or NULL.
@@ -14,14 +15,7 @@
 -- columns job_id, queue, task, payload, priority, attempt, max_attempts,
 -- owner_id, generation, claim_token, lease_expires_at, budget_expires_at,
 -- cancel_requested, submission_id, checkpoints), or one error row.
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that there is no SKIP LOCKED: BEGIN
 -- IMMEDIATE serialises writers on the whole file, so concurrent claimers
@@ -38,22 +32,30 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_next (
     seq INTEGER, generation INTEGER, lease INTEGER, now INTEGER NOT NULL);
 -- The checks, then each active queue's head row through the claim index,
 -- merged in claim order; then the head's own checks.
-WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
-     doc(doc) AS MATERIALIZED (SELECT CASE WHEN typeof(:queues) = 'text' AND json_valid(:queues) THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END),
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+     doc(doc) AS MATERIALIZED (
+        SELECT CASE WHEN typeof(:queues) = 'text' AND json_valid(:queues)
+                    THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END),
      e(error) AS (SELECT CASE
         WHEN NOT coalesce(json_array_length(d.doc) BETWEEN 1 AND 10000, 0)
              THEN 'QF100 fenceq: queues must be a non-empty array of at most 10000 elements'
         WHEN NOT instr(replace(:queues, '\\', ''), '\u0000') = 0
              OR EXISTS (SELECT 1 FROM json_each(d.doc) AS a
-                         WHERE NOT (a.type = 'text' AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 255 AND instr(CAST(a.value AS BLOB), x'00') = 0)))
+                         WHERE NOT (a.type = 'text' AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 255
+                                                         AND instr(CAST(a.value AS BLOB), x'00') = 0)))
              THEN 'QF102 fenceq: queues must hold strings of 1 to 255 characters'
-        WHEN NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
+        WHEN NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255
+                  AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
              THEN 'QF102 fenceq: owner_id must be 1 to 255 characters'
-        WHEN NOT (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
+        WHEN NOT (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255
+                  AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
              THEN 'QF102 fenceq: claim_token must be 1 to 255 characters'
-        WHEN NOT (:lease IS NULL OR (typeof(:lease) = 'integer' AND :lease > 0))
+        WHEN NOT (:lease IS NULL
+                  OR (typeof(:lease) = 'integer' AND :lease > 0))
              THEN 'QF105 fenceq: lease must be positive'
-        WHEN NOT (:budget IS NULL OR (typeof(:budget) = 'integer' AND :budget > 0))
+        WHEN NOT (:budget IS NULL
+                  OR (typeof(:budget) = 'integer' AND :budget > 0))
              THEN 'QF105 fenceq: budget must be positive'
         WHEN EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
              THEN 'QF301 fenceq: a claim token was already used; recover the claim instead'
@@ -82,13 +84,15 @@ WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(s
         SELECT coalesce(e.error, CASE
                  WHEN h.generation >= 9223372036854775807
                       THEN 'QF303 fenceq: the job''s generation is exhausted'
-                 WHEN h.seq IS NOT NULL AND (h.lease > 253402300799999999 - clock.now OR coalesce(:budget, 0) > 253402300799999999 - clock.now)
+                 WHEN h.seq IS NOT NULL AND (h.lease > 253402300799999999 - clock.now
+                                             OR coalesce(:budget, 0) > 253402300799999999 - clock.now)
                       THEN '22008 fenceq: the lease or budget ends after year 9999'
                  END),
                h.seq, h.generation, h.lease, clock.now
           FROM clock JOIN e LEFT JOIN head AS h)
 INSERT OR REPLACE INTO temp.fenceq_claim_next (id, sqlstate, message, seq, generation, lease, now)
-SELECT 1, substr(x.error, 1, 5), substr(x.error, 7), CASE WHEN x.error IS NULL THEN x.seq END, x.generation, x.lease, x.now
+SELECT 1, substr(x.error, 1, 5), substr(x.error, 7), CASE WHEN x.error IS NULL THEN x.seq END,
+       x.generation, x.lease, x.now
   FROM decision AS x;
 UPDATE fenceq__jobs
    SET status = 'claimed',
@@ -97,7 +101,8 @@ UPDATE fenceq__jobs
        owner_id = :owner_id,
        claim_token = :claim_token,
        lease = c.lease,
-       lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease ELSE min(c.now + c.lease, c.now + :budget) END,
+       lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease
+                               ELSE min(c.now + c.lease, c.now + :budget) END,
        budget_expires_at = c.now + :budget,
        cancel_requested = 0,
        pid = NULL
@@ -111,10 +116,11 @@ SELECT :claim_token, j.job_id, j.generation, :owner_id, c.now
   FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE c.sqlstate IS NULL
    AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;
-SELECT c.sqlstate, c.message, NULL AS detail, NULL AS job_id, NULL AS queue, NULL AS task,
-       NULL AS payload, NULL AS priority, NULL AS attempt, NULL AS max_attempts, NULL AS owner_id,
-       NULL AS generation, NULL AS claim_token, NULL AS lease_expires_at, NULL AS budget_expires_at,
-       NULL AS cancel_requested, NULL AS submission_id, NULL AS checkpoints
+SELECT c.sqlstate, c.message, NULL AS detail,
+       NULL AS job_id, NULL AS queue, NULL AS task, NULL AS payload, NULL AS priority, NULL AS attempt,
+       NULL AS max_attempts, NULL AS owner_id, NULL AS generation, NULL AS claim_token,
+       NULL AS lease_expires_at, NULL AS budget_expires_at, NULL AS cancel_requested, NULL AS submission_id,
+       NULL AS checkpoints
   FROM temp.fenceq_claim_next AS c
  WHERE c.sqlstate IS NOT NULL
 UNION ALL
@@ -124,13 +130,17 @@ SELECT 'QF302', 'fenceq: storage changed the claim identity', NULL, NULL, NULL, 
  WHERE c.sqlstate IS NULL
    AND NOT (j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1)
 UNION ALL
-SELECT NULL, NULL, NULL, j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts,
-       j.max_attempts, j.owner_id, j.generation, j.claim_token,
-       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000),
-       strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0), 'unixepoch') || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000),
+SELECT NULL, NULL, NULL,
+       j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts, j.owner_id,
+       j.generation, j.claim_token,
+       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000),
+       strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000),
        j.cancel_requested, j.submission_id,
-       (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k
-         WHERE k.job_id = j.job_id)
+       (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k WHERE k.job_id = j.job_id)
   FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE c.sqlstate IS NULL
    AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;

@@ -1,21 +1,17 @@
 -- fenceq for SQLite: discard_dead_letter -- mark a dead letter handled without replay.
+-- Generated from templates/discard_dead_letter.sql by scripts/gen-sqlite: edit the template.
 --
 -- True once; false for an unknown or already handled letter. QF102 unless
 -- dlq_id is 32 lowercase hex characters.
 --
 -- Parameters: :dlq_id TEXT.
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
-CREATE TEMP TABLE IF NOT EXISTS fenceq_letter (dlq_id TEXT NOT NULL, job_id TEXT NOT NULL, now INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS fenceq_letter (
+    dlq_id TEXT NOT NULL, job_id TEXT NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_letter;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT 'QF102', 'fenceq: dlq_id must be 32 lowercase hex characters'
@@ -23,7 +19,8 @@ SELECT 'QF102', 'fenceq: dlq_id must be 32 lowercase hex characters'
 INSERT INTO temp.fenceq_letter (dlq_id, job_id, now)
 SELECT d.dlq_id, d.job_id, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
   FROM fenceq__dead_letters AS d
- WHERE d.dlq_id = :dlq_id AND d.replayed_at IS NULL AND d.discarded_at IS NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+ WHERE d.dlq_id = :dlq_id AND d.replayed_at IS NULL AND d.discarded_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 UPDATE fenceq__dead_letters SET discarded_at = l.now
   FROM temp.fenceq_letter AS l
  WHERE fenceq__dead_letters.dlq_id = l.dlq_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);

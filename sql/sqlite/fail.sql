@@ -1,4 +1,5 @@
 -- fenceq for SQLite: fail -- record a failed attempt of a live claim.
+-- Generated from templates/fail.sql by scripts/gen-sqlite: edit the template.
 --
 -- With retry and attempts left: pending again at retry_at, or at now +
 -- min(backoff_base * backoff_factor^(attempt-1), backoff_max) (compared in
@@ -8,31 +9,43 @@
 -- once; false for a stale, expired, terminal or cancel-requested fence.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
--- :generation INTEGER (>= 1), :claim_token TEXT; :error TEXT; :retry INTEGER 0/1 (NULL = 1); :retry_at UTC TEXT
--- 'YYYY-MM-DDTHH:MM:SS.ffffffZ' or NULL.
+-- :generation INTEGER (>= 1), :claim_token TEXT; :error TEXT; :retry
+-- INTEGER 0/1 (NULL = 1); :retry_at UTC TEXT 'YYYY-MM-DDTHH:MM:SS.ffffffZ'
+-- or NULL.
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that a retry time beyond year 9999 raises
--- 22008, and no fenceq_jobs notification is sent.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+-- 22008, no fenceq_jobs notification is sent, and a NULL retry means true
+-- (PostgreSQL refuses an explicit NULL with QF100).
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
 INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT 'QF106', 'fenceq: the fence is malformed' WHERE NOT ((typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0) AND (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255 AND instr(CAST(:owner_id AS BLOB), x'00') = 0) AND (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255 AND instr(CAST(:claim_token AS BLOB), x'00') = 0) AND typeof(:generation) = 'integer' AND :generation >= 1);
+SELECT 'QF106', 'fenceq: the fence is malformed'
+ WHERE NOT ((typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36
+             AND instr(CAST(:job_id AS BLOB), x'00') = 0)
+            AND (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255
+                 AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
+            AND (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255
+                 AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
+            AND typeof(:generation) = 'integer' AND :generation >= 1);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF100' AS sqlstate, 'fenceq: error is required' AS message
      WHERE NOT (typeof(:error) = 'text' AND instr(CAST(:error AS BLOB), x'00') = 0)
-    UNION ALL SELECT 2, 'QF100', 'fenceq: retry must be a boolean' WHERE NOT (:retry IS NULL OR (typeof(:retry) = 'integer' AND :retry IN (0, 1)))
+    UNION ALL SELECT 2, 'QF100', 'fenceq: retry must be a boolean'
+     WHERE NOT (:retry IS NULL
+                OR (typeof(:retry) = 'integer' AND :retry IN (0, 1)))
     UNION ALL SELECT 3, 'QF105', 'fenceq: retry_at must be UTC text within years 0001-9999'
-     WHERE NOT (:retry_at IS NULL OR (typeof(:retry_at) = 'text' AND length(:retry_at) = 27 AND :retry_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:retry_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:retry_at, 1, 19)), 'unixepoch') = substr(:retry_at, 1, 19)))
+     WHERE NOT (:retry_at IS NULL
+                OR (typeof(:retry_at) = 'text' AND length(:retry_at) = 27
+                    AND :retry_at GLOB ('[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
+                                    || 'T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                                    || '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')
+                    AND substr(:retry_at, 1, 4) <> '0000'
+                    AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:retry_at, 1, 19)), 'unixepoch')
+                        = substr(:retry_at, 1, 19)))
 ) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;
 CREATE TEMP TABLE IF NOT EXISTS fenceq_fence (
     seq INTEGER, now INTEGER NOT NULL, live INTEGER NOT NULL, cancel_requested INTEGER);
@@ -40,16 +53,25 @@ DELETE FROM temp.fenceq_fence;
 -- The decision: the clock is read here, after BEGIN IMMEDIATE took the
 -- write lock, and the same reading is used for the write below.
 INSERT INTO temp.fenceq_fence (seq, now, live, cancel_requested)
-SELECT j.seq, c.now, coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation AND j.claim_token = :claim_token AND j.lease_expires_at > c.now, 0), j.cancel_requested
+SELECT j.seq, c.now,
+       coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation
+                AND j.claim_token = :claim_token AND j.lease_expires_at > c.now, 0),
+       j.cancel_requested
   FROM (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS c
   LEFT JOIN fenceq__jobs AS j ON j.job_id = :job_id
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 CREATE TEMP TABLE IF NOT EXISTS fenceq_retry (
-    seq INTEGER PRIMARY KEY, requeue INTEGER NOT NULL, backoff INTEGER, dlq_id TEXT, now INTEGER NOT NULL);
+    seq INTEGER PRIMARY KEY, requeue INTEGER NOT NULL, backoff INTEGER, dlq_id TEXT,
+    now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_retry;
 INSERT INTO temp.fenceq_retry (seq, requeue, backoff, dlq_id, now)
 SELECT c.seq, c.requeue,
-       CASE WHEN c.requeue THEN CASE WHEN c.backoff_base <= 0 THEN 0 WHEN ln(c.backoff_base) + max(c.attempts - 1, 0) * ln(c.backoff_factor) >= ln(c.backoff_max) THEN c.backoff_max ELSE CAST(round(c.backoff_base * power(c.backoff_factor, max(c.attempts - 1, 0))) AS INTEGER) END END,
+       CASE WHEN c.requeue
+            THEN CASE WHEN c.backoff_base <= 0 THEN 0
+                      WHEN ln(c.backoff_base) + max(c.attempts - 1, 0) * ln(c.backoff_factor)
+                           >= ln(c.backoff_max) THEN c.backoff_max
+                      ELSE CAST(round(c.backoff_base * power(c.backoff_factor, max(c.attempts - 1, 0)))
+                                AS INTEGER) END END,
        CASE WHEN NOT c.requeue AND c.dead_letter THEN lower(hex(randomblob(16))) END,
        c.now
   FROM (SELECT j.seq, coalesce(:retry, 1) AND j.attempts < j.max_attempts AS requeue, j.attempts,
@@ -62,9 +84,12 @@ SELECT c.seq, c.requeue,
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: the retry time is after year 9999'
   FROM temp.fenceq_retry AS r
- WHERE r.requeue AND :retry_at IS NULL AND r.backoff > 253402300799999999 - r.now AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+ WHERE r.requeue AND :retry_at IS NULL AND r.backoff > 253402300799999999 - r.now
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 UPDATE fenceq__jobs
-   SET status = 'pending', run_at = coalesce((unixepoch(substr(:retry_at, 1, 19)) * 1000000 + CAST(substr(:retry_at, 21, 6) AS INTEGER)), r.now + r.backoff),
+   SET status = 'pending',
+       run_at = coalesce((unixepoch(substr(:retry_at, 1, 19)) * 1000000
+                          + CAST(substr(:retry_at, 21, 6) AS INTEGER)), r.now + r.backoff),
        last_error = substr(:error, 1, 65536),
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL

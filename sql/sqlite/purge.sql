@@ -1,4 +1,5 @@
 -- fenceq for SQLite: purge -- delete old terminal jobs.
+-- Generated from templates/purge.sql by scripts/gen-sqlite: edit the template.
 --
 -- Deletes terminal jobs finished before now - older_than, oldest first, at
 -- most max_rows, with their checkpoints, claim ledger rows and handled dead
@@ -10,27 +11,31 @@
 -- Parameters: :older_than INTEGER microseconds (>= 0); :max_rows INTEGER
 -- or NULL (10000); :submissions_older_than INTEGER microseconds or NULL.
 -- Result: one row (sqlstate, message, detail, value INTEGER).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+-- Differs from PostgreSQL in that both cutoffs are inclusive
+-- (finished_at <= now - older_than): the clock counts milliseconds, so a
+-- job finished earlier in the same millisecond is not kept.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
 CREATE TEMP TABLE IF NOT EXISTS fenceq_purge (job_id TEXT PRIMARY KEY);
 DELETE FROM temp.fenceq_purge;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
-    SELECT 1 AS rank, 'QF105' AS sqlstate, 'fenceq: older_than is required and must not be negative' AS message
-     WHERE :older_than IS NULL OR NOT (:older_than IS NULL OR (typeof(:older_than) = 'integer' AND :older_than >= 0))
+    SELECT 1 AS rank, 'QF105' AS sqlstate,
+           'fenceq: older_than is required and must not be negative' AS message
+     WHERE :older_than IS NULL OR NOT (:older_than IS NULL
+                                       OR (typeof(:older_than) = 'integer' AND :older_than >= 0))
     UNION ALL SELECT 2, 'QF105', 'fenceq: submissions_older_than must not be negative'
-     WHERE NOT (:submissions_older_than IS NULL OR (typeof(:submissions_older_than) = 'integer' AND :submissions_older_than >= 0))
-    UNION ALL SELECT 3, 'QF104', 'fenceq: max_rows must be a positive integer' WHERE NOT (:max_rows IS NULL OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 2147483647))
+     WHERE NOT (:submissions_older_than IS NULL
+                OR (typeof(:submissions_older_than) = 'integer' AND :submissions_older_than >= 0))
+    UNION ALL SELECT 3, 'QF104', 'fenceq: max_rows must be a positive integer'
+     WHERE NOT (:max_rows IS NULL
+                OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 2147483647))
 ) ORDER BY rank LIMIT 1;
-WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
 INSERT INTO temp.fenceq_purge (job_id)
 SELECT j.job_id
   FROM clock JOIN fenceq__jobs AS j ON j.finished_at <= clock.now - :older_than
@@ -40,13 +45,18 @@ SELECT j.job_id
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY j.finished_at, j.seq
  LIMIT coalesce(:max_rows, 10000);
-DELETE FROM fenceq__checkpoints WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-DELETE FROM fenceq__claims WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-DELETE FROM fenceq__dead_letters WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-DELETE FROM fenceq__jobs WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__checkpoints
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__claims
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__dead_letters
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__jobs
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__submissions
  WHERE :submissions_older_than IS NOT NULL
-   AND created_at <= (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000) - :submissions_older_than
+   AND created_at <= (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+                     - :submissions_older_than
    AND NOT EXISTS (SELECT 1 FROM fenceq__jobs AS j WHERE j.job_id = fenceq__submissions.job_id)
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,

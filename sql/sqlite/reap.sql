@@ -1,4 +1,5 @@
 -- fenceq for SQLite: reap -- settle expired claims and overdue pending jobs.
+-- Generated from templates/reap.sql by scripts/gen-sqlite: edit the template.
 --
 -- Oldest first, at most max_rows in all. Expired claims: cancel-requested
 -- -> cancelled; attempts left -> pending (error 'lease_expired', with
@@ -8,33 +9,36 @@
 -- Parameters: :max_rows INTEGER or NULL (1000).
 -- Result: one row (sqlstate, message, detail, requeued, failed, cancelled,
 -- expired).
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that reapers take turns on the write lock
 -- instead of skipping each other's rows (SKIP LOCKED); either way no row is
 -- counted twice. A retry time beyond year 9999 raises 22008.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
 INSERT INTO temp.fenceq_error (sqlstate, message)
-SELECT 'QF104', 'fenceq: max_rows must be a positive integer' WHERE NOT (:max_rows IS NULL OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 2147483647));
+SELECT 'QF104', 'fenceq: max_rows must be a positive integer'
+ WHERE NOT (:max_rows IS NULL
+            OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 2147483647));
 CREATE TEMP TABLE IF NOT EXISTS fenceq_reap (
-    seq INTEGER PRIMARY KEY, outcome TEXT NOT NULL, backoff INTEGER, dlq_id TEXT, now INTEGER NOT NULL);
+    seq INTEGER PRIMARY KEY, outcome TEXT NOT NULL, backoff INTEGER, dlq_id TEXT,
+    now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_reap;
-WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
 INSERT INTO temp.fenceq_reap (seq, outcome, backoff, dlq_id, now)
 SELECT c.seq, c.outcome,
        CASE WHEN c.outcome = 'requeued'
-            THEN CASE WHEN c.backoff_base <= 0 THEN 0 WHEN ln(c.backoff_base) + max(c.attempts - 1, 0) * ln(c.backoff_factor) >= ln(c.backoff_max) THEN c.backoff_max ELSE CAST(round(c.backoff_base * power(c.backoff_factor, max(c.attempts - 1, 0))) AS INTEGER) END END,
+            THEN CASE WHEN c.backoff_base <= 0 THEN 0
+                      WHEN ln(c.backoff_base) + max(c.attempts - 1, 0) * ln(c.backoff_factor)
+                           >= ln(c.backoff_max) THEN c.backoff_max
+                      ELSE CAST(round(c.backoff_base * power(c.backoff_factor, max(c.attempts - 1, 0)))
+                                AS INTEGER) END END,
        CASE WHEN c.outcome = 'failed' AND c.dead_letter THEN lower(hex(randomblob(16))) END,
        c.now
-  FROM (SELECT j.seq, j.attempts, q.backoff_base, q.backoff_factor, q.backoff_max, q.dead_letter, clock.now,
+  FROM (SELECT j.seq, j.attempts, q.backoff_base, q.backoff_factor, q.backoff_max, q.dead_letter,
+               clock.now,
                CASE WHEN j.cancel_requested THEN 'cancelled'
                     WHEN j.attempts < j.max_attempts THEN 'requeued'
                     ELSE 'failed' END AS outcome
@@ -44,7 +48,8 @@ SELECT c.seq, c.outcome,
          ORDER BY j.lease_expires_at, j.seq
          LIMIT coalesce(:max_rows, 1000)) AS c
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
 INSERT INTO temp.fenceq_reap (seq, outcome, now)
 SELECT j.seq, 'expired', clock.now
   FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
@@ -77,8 +82,12 @@ UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
   FROM temp.fenceq_reap AS r
  WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'requeued') END AS requeued,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'failed') END AS failed,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'cancelled') END AS cancelled,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'expired') END AS expired
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'requeued') END AS requeued,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'failed') END AS failed,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'cancelled') END AS cancelled,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'expired') END AS expired
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -1,4 +1,5 @@
 -- fenceq for SQLite: replay_dead_letter -- a dead-lettered job back to pending.
+-- Generated from templates/replay_dead_letter.sql by scripts/gen-sqlite: edit the template.
 --
 -- The job gets a fresh attempt budget; its submission identity and
 -- generation history are kept. Returns the job id; NULL for an unknown or
@@ -7,19 +8,14 @@
 --
 -- Parameters: :dlq_id TEXT.
 -- Result: one row (sqlstate, message, detail, value TEXT or NULL).
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that no fenceq_jobs notification is sent.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
-CREATE TEMP TABLE IF NOT EXISTS fenceq_letter (dlq_id TEXT NOT NULL, job_id TEXT NOT NULL, now INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS fenceq_letter (
+    dlq_id TEXT NOT NULL, job_id TEXT NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_letter;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT 'QF102', 'fenceq: dlq_id must be 32 lowercase hex characters'

@@ -1,4 +1,5 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 1.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 2 (its tables are version 1's).
+-- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
 -- wraps this file in a transaction, switches the file to WAL and records the
@@ -15,7 +16,7 @@
 -- byte comparison). Timestamps are INTEGER microseconds since 1970-01-01 UTC
 -- (exact, ordered, cheap arithmetic); the views and the statement files show
 -- them as UTC text YYYY-MM-DDTHH:MM:SS.ffffffZ. Intervals are INTEGER
--- microseconds, booleans INTEGER 0/1, JSON canonical TEXT (CONTRACT §4).
+-- microseconds, booleans INTEGER 0/1, JSON canonical TEXT (docs/guarantees.md §4).
 --
 -- Differs from PostgreSQL in that there are no roles, grants or functions:
 -- whoever can open the file can write every table, and the operations are
@@ -76,7 +77,7 @@ CREATE INDEX IF NOT EXISTS fenceq__jobs_claim_idx
 CREATE INDEX IF NOT EXISTS fenceq__jobs_claimed_idx
     ON fenceq__jobs (queue, lease_expires_at)
     WHERE status = 'claimed';
--- At most one active job per (queue, active_key) (CONTRACT §5).
+-- At most one active job per (queue, active_key) (docs/guarantees.md §5).
 CREATE UNIQUE INDEX IF NOT EXISTS fenceq__jobs_active_key_idx
     ON fenceq__jobs (queue, active_key)
     WHERE active_key IS NOT NULL AND status IN ('pending', 'claimed');
@@ -90,7 +91,7 @@ CREATE INDEX IF NOT EXISTS fenceq__jobs_finished_idx
     WHERE finished_at IS NOT NULL;
 
 -- Submission identities: outlive their jobs (purge) so that a replay keeps
--- answering with the original job id (CONTRACT §4).
+-- answering with the original job id (docs/guarantees.md §4).
 CREATE TABLE IF NOT EXISTS fenceq__submissions (
     submission_id TEXT NOT NULL PRIMARY KEY,
     fingerprint   TEXT NOT NULL,
@@ -136,35 +137,39 @@ CREATE TABLE IF NOT EXISTS fenceq__dead_letters (
 CREATE INDEX IF NOT EXISTS fenceq__dead_letters_job_idx ON fenceq__dead_letters (job_id);
 
 -- Views: read-only windows, columns as PostgreSQL's views (only ever
--- appended). No view shows a claim token. Timestamps as UTC text.
--- The expression
---   strftime('%Y-%m-%dT%H:%M:%S', t / 1000000 - (t % 1000000 < 0), 'unixepoch')
---     || printf('.%06dZ', (t % 1000000 + 1000000) % 1000000)
--- renders microseconds t (floor division, so years before 1970 work too).
+-- appended). No view shows a claim token. Timestamps as UTC text
+-- (templates/macros.sql: micros_utc_text).
 CREATE VIEW IF NOT EXISTS fenceq_jobs AS
 SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.max_attempts,
-       strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000) AS run_at,
-       strftime('%Y-%m-%dT%H:%M:%S', j.expires_at / 1000000 - (j.expires_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (j.expires_at % 1000000 + 1000000) % 1000000) AS expires_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000) AS run_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.expires_at / 1000000 - (j.expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.expires_at % 1000000 + 1000000) % 1000000) AS expires_at,
        j.owner_id, j.generation,
-       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000) AS lease_expires_at,
-       strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000) AS budget_expires_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000) AS lease_expires_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000) AS budget_expires_at,
        j.cancel_requested, j.pid, j.result, j.last_error, j.submission_id, j.fingerprint,
        j.active_key, j.dlq_id,
-       strftime('%Y-%m-%dT%H:%M:%S', j.created_at / 1000000 - (j.created_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (j.created_at % 1000000 + 1000000) % 1000000) AS created_at,
-       strftime('%Y-%m-%dT%H:%M:%S', j.finished_at / 1000000 - (j.finished_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at
+       strftime('%Y-%m-%dT%H:%M:%S', j.created_at / 1000000 - (j.created_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.created_at % 1000000 + 1000000) % 1000000) AS created_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.finished_at / 1000000 - (j.finished_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at
   FROM fenceq__jobs AS j;
 
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
 SELECT c.job_id, c.generation, c.owner_id,
-       strftime('%Y-%m-%dT%H:%M:%S', c.claimed_at / 1000000 - (c.claimed_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (c.claimed_at % 1000000 + 1000000) % 1000000) AS claimed_at
+       strftime('%Y-%m-%dT%H:%M:%S', c.claimed_at / 1000000 - (c.claimed_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (c.claimed_at % 1000000 + 1000000) % 1000000) AS claimed_at
   FROM fenceq__claims AS c;
 
 -- queue_stats reads pending and claimed jobs through their partial indexes,
@@ -188,13 +193,16 @@ SELECT q.queue,
 
 CREATE VIEW IF NOT EXISTS fenceq_dead_letters AS
 SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
-       strftime('%Y-%m-%dT%H:%M:%S', d.failed_at / 1000000 - (d.failed_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (d.failed_at % 1000000 + 1000000) % 1000000) AS failed_at,
-       strftime('%Y-%m-%dT%H:%M:%S', d.replayed_at / 1000000 - (d.replayed_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (d.replayed_at % 1000000 + 1000000) % 1000000) AS replayed_at,
-       strftime('%Y-%m-%dT%H:%M:%S', d.discarded_at / 1000000 - (d.discarded_at % 1000000 < 0), 'unixepoch')
-           || printf('.%06dZ', (d.discarded_at % 1000000 + 1000000) % 1000000) AS discarded_at
+       strftime('%Y-%m-%dT%H:%M:%S', d.failed_at / 1000000 - (d.failed_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (d.failed_at % 1000000 + 1000000) % 1000000) AS failed_at,
+       strftime('%Y-%m-%dT%H:%M:%S', d.replayed_at / 1000000 - (d.replayed_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (d.replayed_at % 1000000 + 1000000) % 1000000) AS replayed_at,
+       strftime('%Y-%m-%dT%H:%M:%S', d.discarded_at / 1000000 - (d.discarded_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (d.discarded_at % 1000000 + 1000000) % 1000000) AS discarded_at
   FROM fenceq__dead_letters AS d;
 
 -- The schema version, read by version.sql.
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;

@@ -1,4 +1,5 @@
 -- fenceq for SQLite: submit -- enqueue one job and return its id.
+-- Generated from templates/submit.sql by scripts/gen-sqlite: edit the template.
 --
 -- With a submission_id an exact replay returns the original job id (also
 -- after the job finished or was purged); a changed request raises QF201
@@ -15,22 +16,15 @@
 -- :max_attempts INTEGER or NULL (the queue's); :force INTEGER 0/1 or NULL
 -- (0); :fingerprint TEXT, required with a submission_id.
 -- Result: one row (sqlstate, message, detail, value TEXT job id).
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that the caller computes the submission
 -- fingerprint ('fq1:' || lower hex SHA-256 of the canonical request
--- document, CONTRACT §4; SQLite has no SHA-256) and passes it as
--- :fingerprint; the payload must already be canonical JSON text (CONTRACT
--- §4), which is stored as sent; no fenceq_jobs or fenceq_control
--- notification is sent; a generated job id is a random (version 4) UUID
--- made from randomblob().
+-- document, docs/guarantees.md §4; SQLite has no SHA-256) and passes it as
+-- :fingerprint; the payload must already be canonical JSON text (§4),
+-- which is stored as sent; no fenceq_jobs or fenceq_control notification
+-- is sent; a generated job id is a random (version 4) UUID made from
+-- randomblob().
 -- One scratch row per connection (temp.fenceq_submit_call, overwritten by
 -- each call): the first failing check in this order (sqlstate, message), a
 -- replayed job id, the new job's id and the clock reading. Every later
@@ -39,34 +33,62 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_call (
     id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT, detail TEXT,
     replay_job_id TEXT, job_id TEXT, now INTEGER NOT NULL);
 -- randomblob is read once, hence MATERIALIZED.
-WITH r(h, now) AS MATERIALIZED (SELECT lower(hex(randomblob(16))), (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+WITH r(h, now) AS MATERIALIZED (
+        SELECT lower(hex(randomblob(16))),
+               (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
      e(error) AS (SELECT CASE
-        WHEN NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255 AND instr(CAST(:queue AS BLOB), x'00') = 0)
+        WHEN NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
+                  AND instr(CAST(:queue AS BLOB), x'00') = 0)
              THEN 'QF102 fenceq: queue must be 1 to 255 characters'
-        WHEN NOT (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255 AND instr(CAST(:task AS BLOB), x'00') = 0)
+        WHEN NOT (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255
+                  AND instr(CAST(:task AS BLOB), x'00') = 0)
              THEN 'QF102 fenceq: task must be 1 to 255 characters'
-        WHEN NOT (:submission_id IS NULL OR (typeof(:submission_id) = 'text' AND length(:submission_id) BETWEEN 1 AND 255 AND instr(CAST(:submission_id AS BLOB), x'00') = 0))
+        WHEN NOT (:submission_id IS NULL
+                  OR (typeof(:submission_id) = 'text' AND length(:submission_id) BETWEEN 1 AND 255
+                      AND instr(CAST(:submission_id AS BLOB), x'00') = 0))
              THEN 'QF102 fenceq: submission_id must be 1 to 255 characters'
-        WHEN NOT (:job_id IS NULL OR (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36 AND instr(CAST(:job_id AS BLOB), x'00') = 0))
+        WHEN NOT (:job_id IS NULL OR (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36
+                                      AND instr(CAST(:job_id AS BLOB), x'00') = 0))
              THEN 'QF102 fenceq: job_id must be 1 to 36 characters'
-        WHEN NOT (:active_key IS NULL OR (typeof(:active_key) = 'text' AND length(:active_key) BETWEEN 1 AND 255 AND instr(CAST(:active_key AS BLOB), x'00') = 0))
+        WHEN NOT (:active_key IS NULL OR (typeof(:active_key) = 'text' AND length(:active_key) BETWEEN 1 AND 255
+                                          AND instr(CAST(:active_key AS BLOB), x'00') = 0))
              THEN 'QF102 fenceq: active_key must be 1 to 255 characters'
-        WHEN NOT (:max_attempts IS NULL OR (typeof(:max_attempts) = 'integer' AND :max_attempts BETWEEN 1 AND 2147483647))
+        WHEN NOT (:max_attempts IS NULL
+                  OR (typeof(:max_attempts) = 'integer' AND :max_attempts BETWEEN 1 AND 2147483647))
              THEN 'QF104 fenceq: max_attempts must be a positive integer'
-        WHEN NOT (:priority IS NULL OR (typeof(:priority) = 'integer' AND :priority BETWEEN -2147483648 AND 2147483647))
+        WHEN NOT (:priority IS NULL
+                  OR (typeof(:priority) = 'integer' AND :priority BETWEEN -2147483648 AND 2147483647))
              THEN 'QF104 fenceq: priority must be a 32-bit integer'
-        WHEN NOT (:run_at IS NULL OR (typeof(:run_at) = 'text' AND length(:run_at) = 27 AND :run_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:run_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:run_at, 1, 19)), 'unixepoch') = substr(:run_at, 1, 19)))
+        WHEN NOT (:run_at IS NULL
+                  OR (typeof(:run_at) = 'text' AND length(:run_at) = 27
+                      AND :run_at GLOB ('[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
+                                      || 'T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                                      || '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')
+                      AND substr(:run_at, 1, 4) <> '0000'
+                      AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:run_at, 1, 19)), 'unixepoch')
+                          = substr(:run_at, 1, 19)))
              THEN 'QF105 fenceq: run_at must be UTC text within years 0001-9999'
-        WHEN NOT (:expires_at IS NULL OR (typeof(:expires_at) = 'text' AND length(:expires_at) = 27 AND :expires_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z' AND substr(:expires_at, 1, 4) <> '0000' AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:expires_at, 1, 19)), 'unixepoch') = substr(:expires_at, 1, 19)))
+        WHEN NOT (:expires_at IS NULL
+                  OR (typeof(:expires_at) = 'text' AND length(:expires_at) = 27
+                      AND :expires_at GLOB ('[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
+                                      || 'T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                                      || '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')
+                      AND substr(:expires_at, 1, 4) <> '0000'
+                      AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:expires_at, 1, 19)), 'unixepoch')
+                          = substr(:expires_at, 1, 19)))
              THEN 'QF105 fenceq: expires_at must be UTC text within years 0001-9999'
-        WHEN NOT (:payload IS NULL OR (typeof(:payload) = 'text' AND json_valid(:payload) AND instr(replace(:payload, '\\', ''), '\u0000') = 0))
+        WHEN NOT (:payload IS NULL
+                  OR (typeof(:payload) = 'text' AND json_valid(:payload)
+                      AND instr(replace(:payload, '\\', ''), '\u0000') = 0))
              THEN 'QF103 fenceq: payload must be finite JSON without \u0000'
         WHEN NOT (:payload IS NULL OR length(CAST(:payload AS BLOB)) <= 1048576)
              THEN 'QF103 fenceq: payload exceeds 1 MiB in canonical form'
-        WHEN NOT (:force IS NULL OR (typeof(:force) = 'integer' AND :force IN (0, 1)))
+        WHEN NOT (:force IS NULL
+                  OR (typeof(:force) = 'integer' AND :force IN (0, 1)))
              THEN 'QF100 fenceq: force must be a boolean'
         WHEN :submission_id IS NOT NULL
-             AND NOT (typeof(:fingerprint) = 'text' AND length(:fingerprint) = 68 AND substr(:fingerprint, 1, 4) = 'fq1:'
+             AND NOT (typeof(:fingerprint) = 'text' AND length(:fingerprint) = 68
+                      AND substr(:fingerprint, 1, 4) = 'fq1:'
                       AND substr(:fingerprint, 5) NOT GLOB '*[^0-9a-f]*')
              THEN 'QF100 fenceq: fingerprint must be fq1: and 64 lowercase hex digits'
         WHEN NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
@@ -82,15 +104,18 @@ WITH r(h, now) AS MATERIALIZED (SELECT lower(hex(randomblob(16))), (unixepoch('n
         WHEN :active_key IS NOT NULL AND NOT coalesce(:force, 0)
              AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
              AND EXISTS (SELECT 1 FROM fenceq__jobs AS j
-                          WHERE j.queue = :queue AND j.active_key = :active_key AND j.status IN ('pending', 'claimed'))
+                          WHERE j.queue = :queue AND j.active_key = :active_key
+                            AND j.status IN ('pending', 'claimed'))
              THEN 'QF202 fenceq: the active key is held by another active job'
         END)
 INSERT OR REPLACE INTO temp.fenceq_submit_call (id, sqlstate, message, replay_job_id, job_id, now)
 SELECT 1, substr(e.error, 1, 5), substr(e.error, 7),
        (SELECT s.job_id FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id),
-       coalesce(:job_id, substr(r.h, 1, 8) || '-' || substr(r.h, 9, 4) || '-4' || substr(r.h, 14, 3) || '-'
-                || substr('89ab', (instr('0123456789abcdef', substr(r.h, 17, 1)) - 1) % 4 + 1, 1)
-                || substr(r.h, 18, 3) || '-' || substr(r.h, 21, 12)),
+       coalesce(:job_id, substr(r.h, 1, 8) || '-' || substr(r.h, 9, 4)
+                         || '-4' || substr(r.h, 14, 3)
+                         || '-' || substr('89ab', (instr('0123456789abcdef', substr(r.h, 17, 1)) - 1) % 4 + 1, 1)
+                         || substr(r.h, 18, 3)
+                         || '-' || substr(r.h, 21, 12)),
        r.now
   FROM r, e;
 INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, created_at)
@@ -107,8 +132,10 @@ INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, max_attempts, 
                           submission_id, fingerprint, active_key, created_at)
 SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0),
        coalesce(:max_attempts, q.max_attempts),
-       coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000 + CAST(substr(:run_at, 21, 6) AS INTEGER)), t.now),
-       (unixepoch(substr(:expires_at, 1, 19)) * 1000000 + CAST(substr(:expires_at, 21, 6) AS INTEGER)),
+       coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
+                 + CAST(substr(:run_at, 21, 6) AS INTEGER)), t.now),
+       (unixepoch(substr(:expires_at, 1, 19)) * 1000000
+        + CAST(substr(:expires_at, 21, 6) AS INTEGER)),
        :submission_id, CASE WHEN :submission_id IS NOT NULL THEN :fingerprint END, :active_key, t.now
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;

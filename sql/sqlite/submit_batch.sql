@@ -1,4 +1,5 @@
 -- fenceq for SQLite: submit_batch -- many submissions in one call, all or nothing.
+-- Generated from templates/submit_batch.sql by scripts/gen-sqlite: edit the template.
 --
 -- requests is a JSON array of objects whose keys are submit's parameter
 -- names (except queue). Each element follows submit's rules, as if the
@@ -14,31 +15,31 @@
 -- run_at, expires_at (ISO 8601 text with an offset), max_attempts,
 -- active_key, force (JSON boolean), and fingerprint (see below).
 -- Result: one row (sqlstate, message, detail, value JSON array of job ids).
---
--- How to run: inside BEGIN IMMEDIATE (it writes; the write lock is taken first). Split the file into statements at each ';'
--- that ends a line, and run them in order, binding every :name
--- parameter (NULL when omitted). The last statement's rows are the
--- answer: one row whose first column sqlstate is not NULL means the call
--- failed (ROLLBACK, then raise that code with message and detail);
--- otherwise sqlstate is NULL and the remaining columns are the result.
--- COMMIT when it succeeded. See README.md for the types.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that each request with a submission_id
 -- carries its fingerprint ('fq1:' || lower hex SHA-256 of the canonical
--- request document, CONTRACT §4) under the key "fingerprint"; payloads must
--- be canonical JSON (CONTRACT §4) and are stored as sent; no notification
--- is sent; the elements are checked and written set-wise with the same
--- outcome as one after another.
-CREATE TEMP TABLE IF NOT EXISTS fenceq_error (sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+-- request document, docs/guarantees.md §4) under the key "fingerprint";
+-- payloads must be canonical JSON (§4) and are stored as sent; no
+-- notification is sent; the elements are checked and written set-wise with
+-- the same outcome as one after another.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
-     WHERE NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255 AND instr(CAST(:queue AS BLOB), x'00') = 0)
+     WHERE NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
+                AND instr(CAST(:queue AS BLOB), x'00') = 0)
     UNION ALL SELECT 2, 'QF100', 'fenceq: requests must be a JSON array'
-     WHERE NOT coalesce(typeof(:requests) = 'text' AND json_array_length(CASE WHEN json_valid(:requests) THEN CASE WHEN json_type(:requests) = 'array' THEN :requests END END) >= 0, 0)
+     WHERE NOT coalesce(typeof(:requests) = 'text'
+                        AND json_array_length(CASE WHEN json_valid(:requests)
+                                                   THEN CASE WHEN json_type(:requests) = 'array'
+                                                             THEN :requests END END) >= 0, 0)
     UNION ALL SELECT 3, 'QF100', 'fenceq: requests may hold at most 10000 elements'
-     WHERE json_array_length(CASE WHEN json_valid(:requests) THEN CASE WHEN json_type(:requests) = 'array' THEN :requests END END) > 10000
+     WHERE json_array_length(CASE WHEN json_valid(:requests)
+                                  THEN CASE WHEN json_type(:requests) = 'array'
+                                            THEN :requests END END) > 10000
     UNION ALL SELECT 4, 'QF101', 'fenceq: unknown queue'
      WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
 ) ORDER BY rank LIMIT 1;
@@ -50,10 +51,13 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_batch (
     db_fingerprint TEXT, db_job_id TEXT, first_i INTEGER, fresh INTEGER,
     new_job_id TEXT, cancelled INTEGER, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_submit_batch;
-WITH clock(now) AS MATERIALIZED (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
      elements AS (SELECT r.key AS i, r.type AS kind,
                          CASE WHEN r.type = 'object' THEN r.value ELSE '{}' END AS raw
-                    FROM json_each(CASE WHEN json_valid(:requests) THEN CASE WHEN json_type(:requests) = 'array' THEN :requests END END) AS r)
+                    FROM json_each(CASE WHEN json_valid(:requests)
+                                        THEN CASE WHEN json_type(:requests) = 'array'
+                                                  THEN :requests END END) AS r)
 INSERT INTO temp.fenceq_submit_batch (i, kind, raw, task, payload, submission_id, job_id, priority,
     run_at_text, expires_at_text, max_attempts, active_key, force, fingerprint, now)
 SELECT e.i, e.kind, e.raw,
@@ -64,7 +68,8 @@ SELECT e.i, e.kind, e.raw,
        iif(json_type(e.raw, '$.priority') IN ('integer', 'real'), json_extract(e.raw, '$.priority'), NULL),
        iif(json_type(e.raw, '$.run_at') = 'text', json_extract(e.raw, '$.run_at'), NULL),
        iif(json_type(e.raw, '$.expires_at') = 'text', json_extract(e.raw, '$.expires_at'), NULL),
-       iif(json_type(e.raw, '$.max_attempts') IN ('integer', 'real'), json_extract(e.raw, '$.max_attempts'), NULL),
+       iif(json_type(e.raw, '$.max_attempts') IN ('integer', 'real'), json_extract(e.raw, '$.max_attempts'),
+           NULL),
        iif(json_type(e.raw, '$.active_key') = 'text', json_extract(e.raw, '$.active_key'), NULL),
        CASE json_type(e.raw, '$.force') WHEN 'true' THEN 1 WHEN 'false' THEN 0 END,
        iif(json_type(e.raw, '$.fingerprint') = 'text', json_extract(e.raw, '$.fingerprint'), NULL),
@@ -77,7 +82,8 @@ SELECT e.i, e.kind, e.raw,
 WITH texts(i, field, t) AS (
         SELECT i, 'run_at', run_at_text FROM temp.fenceq_submit_batch WHERE run_at_text IS NOT NULL
         UNION ALL
-        SELECT i, 'expires_at', expires_at_text FROM temp.fenceq_submit_batch WHERE expires_at_text IS NOT NULL),
+        SELECT i, 'expires_at', expires_at_text FROM temp.fenceq_submit_batch
+         WHERE expires_at_text IS NOT NULL),
      split AS (
         SELECT i, field, t, substr(t, 17) AS rest,
                min(iif(instr(substr(t, 17), 'Z') > 0, instr(substr(t, 17), 'Z'), 99),
@@ -89,20 +95,24 @@ WITH texts(i, field, t) AS (
         SELECT i, field, t, substr(rest, 1, p - 1) AS secs, substr(rest, p) AS off FROM split),
      fields AS (
         SELECT i, field, t, secs, off,
-               substr(t, 1, 10) || ' ' || substr(t, 12, 5) || ':' || iif(secs = '', '00', substr(secs, 2, 2)) AS local,
+               substr(t, 1, 10) || ' ' || substr(t, 12, 5) || ':' || iif(secs = '', '00', substr(secs, 2, 2))
+                   AS local,
                CAST(substr(substr(secs, 5) || '000000', 1, 6) AS INTEGER) AS micros,
                iif(off IN ('Z', 'z'), 0, CAST(substr(off, 2, 2) AS INTEGER)) AS off_hours,
-               iif(off IN ('Z', 'z') OR length(off) = 3, 0, CAST(substr(replace(off, ':', ''), 4, 2) AS INTEGER)) AS off_minutes,
+               iif(off IN ('Z', 'z') OR length(off) = 3, 0, CAST(substr(replace(off, ':', ''), 4, 2) AS INTEGER))
+                   AS off_minutes,
                iif(substr(off, 1, 1) = '-', -1, 1) AS off_sign
           FROM parts),
      parsed AS (
         SELECT i, field,
-               unixepoch(local) * 1000000 + micros - off_sign * (off_hours * 3600 + off_minutes * 60) * 1000000 AS us,
+               unixepoch(local) * 1000000 + micros - off_sign * (off_hours * 3600 + off_minutes * 60) * 1000000
+                   AS us,
                substr(t, 1, 10) GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
                AND substr(t, 11, 1) IN ('T', ' ')
                AND substr(t, 12, 5) GLOB '[0-9][0-9]:[0-9][0-9]'
                AND (secs = '' OR secs GLOB ':[0-9][0-9]'
-                    OR (secs GLOB ':[0-9][0-9].[0-9]*' AND length(secs) <= 10 AND substr(secs, 5) NOT GLOB '*[^0-9]*'))
+                    OR (secs GLOB ':[0-9][0-9].[0-9]*' AND length(secs) <= 10
+                        AND substr(secs, 5) NOT GLOB '*[^0-9]*'))
                AND (off IN ('Z', 'z') OR off GLOB '[+-][0-9][0-9]' OR off GLOB '[+-][0-9][0-9][0-9][0-9]'
                     OR off GLOB '[+-][0-9][0-9]:[0-9][0-9]')
                AND substr(t, 1, 4) <> '0000'
@@ -110,18 +120,26 @@ WITH texts(i, field, t) AS (
                AND off_hours <= 15 AND off_minutes <= 59 AS shaped
           FROM fields),
      checked AS (
-        SELECT i, field, us, coalesce(shaped AND us BETWEEN -62135596800000000 AND 253402300799999999, 0) AS ok
+        SELECT i, field, us,
+               coalesce(shaped AND us BETWEEN -62135596800000000 AND 253402300799999999, 0) AS ok
           FROM parsed)
 UPDATE temp.fenceq_submit_batch
-   SET run_at = coalesce((SELECT c.us FROM checked AS c WHERE c.i = fenceq_submit_batch.i AND c.field = 'run_at' AND c.ok), run_at),
-       run_at_ok = coalesce((SELECT c.ok FROM checked AS c WHERE c.i = fenceq_submit_batch.i AND c.field = 'run_at'), 1),
-       expires_at = (SELECT c.us FROM checked AS c WHERE c.i = fenceq_submit_batch.i AND c.field = 'expires_at' AND c.ok),
-       expires_at_ok = coalesce((SELECT c.ok FROM checked AS c WHERE c.i = fenceq_submit_batch.i AND c.field = 'expires_at'), 1);
+   SET run_at = coalesce((SELECT c.us FROM checked AS c
+                           WHERE c.i = fenceq_submit_batch.i AND c.field = 'run_at' AND c.ok), run_at),
+       run_at_ok = coalesce((SELECT c.ok FROM checked AS c
+                              WHERE c.i = fenceq_submit_batch.i AND c.field = 'run_at'), 1),
+       expires_at = (SELECT c.us FROM checked AS c
+                      WHERE c.i = fenceq_submit_batch.i AND c.field = 'expires_at' AND c.ok),
+       expires_at_ok = coalesce((SELECT c.ok FROM checked AS c
+                                  WHERE c.i = fenceq_submit_batch.i AND c.field = 'expires_at'), 1);
 -- Replays: of a retained identity, or of an earlier element of this batch.
 UPDATE temp.fenceq_submit_batch
-   SET db_fingerprint = (SELECT s.fingerprint FROM fenceq__submissions AS s WHERE s.submission_id = fenceq_submit_batch.submission_id),
-       db_job_id = (SELECT s.job_id FROM fenceq__submissions AS s WHERE s.submission_id = fenceq_submit_batch.submission_id),
-       first_i = (SELECT min(b.i) FROM temp.fenceq_submit_batch AS b WHERE b.submission_id = fenceq_submit_batch.submission_id);
+   SET db_fingerprint = (SELECT s.fingerprint FROM fenceq__submissions AS s
+                          WHERE s.submission_id = fenceq_submit_batch.submission_id),
+       db_job_id = (SELECT s.job_id FROM fenceq__submissions AS s
+                     WHERE s.submission_id = fenceq_submit_batch.submission_id),
+       first_i = (SELECT min(b.i) FROM temp.fenceq_submit_batch AS b
+                   WHERE b.submission_id = fenceq_submit_batch.submission_id);
 UPDATE temp.fenceq_submit_batch SET fresh = db_job_id IS NULL AND (first_i IS NULL OR first_i = i);
 -- The first failing element, and its first failing check, in the order
 -- PostgreSQL checks them.
@@ -137,7 +155,8 @@ SELECT sqlstate, message, 'request index ' || i FROM (
     UNION ALL SELECT i, 3, 'QF102', 'fenceq: task must be a string'
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.task'), 'null') NOT IN ('text', 'null')
     UNION ALL SELECT i, 4, 'QF102', 'fenceq: submission_id must be a string'
-      FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.submission_id'), 'null') NOT IN ('text', 'null')
+      FROM temp.fenceq_submit_batch
+     WHERE coalesce(json_type(raw, '$.submission_id'), 'null') NOT IN ('text', 'null')
     UNION ALL SELECT i, 5, 'QF102', 'fenceq: job_id must be a string'
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.job_id'), 'null') NOT IN ('text', 'null')
     UNION ALL SELECT i, 6, 'QF104', 'fenceq: priority must be a 32-bit integer'
@@ -145,10 +164,12 @@ SELECT sqlstate, message, 'request index ' || i FROM (
      WHERE coalesce(json_type(raw, '$.priority'), 'null') NOT IN ('integer', 'real', 'null')
         OR (priority IS NOT NULL AND NOT (priority = CAST(priority AS INTEGER)
                                           AND priority BETWEEN -2147483648 AND 2147483647))
-    UNION ALL SELECT i, 7, 'QF105', 'fenceq: run_at must be an ISO 8601 timestamp with an offset within years 0001-9999'
+    UNION ALL SELECT i, 7, 'QF105',
+                     'fenceq: run_at must be an ISO 8601 timestamp with an offset within years 0001-9999'
       FROM temp.fenceq_submit_batch
      WHERE coalesce(json_type(raw, '$.run_at'), 'null') NOT IN ('text', 'null') OR NOT run_at_ok
-    UNION ALL SELECT i, 8, 'QF105', 'fenceq: expires_at must be an ISO 8601 timestamp with an offset within years 0001-9999'
+    UNION ALL SELECT i, 8, 'QF105',
+                     'fenceq: expires_at must be an ISO 8601 timestamp with an offset within years 0001-9999'
       FROM temp.fenceq_submit_batch
      WHERE coalesce(json_type(raw, '$.expires_at'), 'null') NOT IN ('text', 'null') OR NOT expires_at_ok
     UNION ALL SELECT i, 9, 'QF104', 'fenceq: max_attempts must be a 32-bit integer'
@@ -161,17 +182,27 @@ SELECT sqlstate, message, 'request index ' || i FROM (
     UNION ALL SELECT i, 11, 'QF100', 'fenceq: force must be a boolean'
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.force'), 'null') NOT IN ('true', 'false', 'null')
     UNION ALL SELECT i, 12, 'QF102', 'fenceq: task must be 1 to 255 characters'
-      FROM temp.fenceq_submit_batch WHERE NOT (typeof(task) = 'text' AND length(task) BETWEEN 1 AND 255 AND instr(CAST(task AS BLOB), x'00') = 0)
+      FROM temp.fenceq_submit_batch WHERE NOT (typeof(task) = 'text' AND length(task) BETWEEN 1 AND 255
+                                               AND instr(CAST(task AS BLOB), x'00') = 0)
     UNION ALL SELECT i, 13, 'QF102', 'fenceq: submission_id must be 1 to 255 characters'
-      FROM temp.fenceq_submit_batch WHERE NOT (submission_id IS NULL OR (typeof(submission_id) = 'text' AND length(submission_id) BETWEEN 1 AND 255 AND instr(CAST(submission_id AS BLOB), x'00') = 0))
+      FROM temp.fenceq_submit_batch
+     WHERE NOT (submission_id IS NULL
+                OR (typeof(submission_id) = 'text' AND length(submission_id) BETWEEN 1 AND 255
+                    AND instr(CAST(submission_id AS BLOB), x'00') = 0))
     UNION ALL SELECT i, 14, 'QF102', 'fenceq: job_id must be 1 to 36 characters'
-      FROM temp.fenceq_submit_batch WHERE NOT (job_id IS NULL OR (typeof(job_id) = 'text' AND length(job_id) BETWEEN 1 AND 36 AND instr(CAST(job_id AS BLOB), x'00') = 0))
+      FROM temp.fenceq_submit_batch
+     WHERE NOT (job_id IS NULL OR (typeof(job_id) = 'text' AND length(job_id) BETWEEN 1 AND 36
+                                   AND instr(CAST(job_id AS BLOB), x'00') = 0))
     UNION ALL SELECT i, 15, 'QF102', 'fenceq: active_key must be 1 to 255 characters'
-      FROM temp.fenceq_submit_batch WHERE NOT (active_key IS NULL OR (typeof(active_key) = 'text' AND length(active_key) BETWEEN 1 AND 255 AND instr(CAST(active_key AS BLOB), x'00') = 0))
+      FROM temp.fenceq_submit_batch
+     WHERE NOT (active_key IS NULL OR (typeof(active_key) = 'text' AND length(active_key) BETWEEN 1 AND 255
+                                       AND instr(CAST(active_key AS BLOB), x'00') = 0))
     UNION ALL SELECT i, 16, 'QF104', 'fenceq: max_attempts must be a positive integer'
       FROM temp.fenceq_submit_batch WHERE max_attempts < 1
     UNION ALL SELECT i, 17, 'QF103', 'fenceq: payload must be finite JSON without \u0000'
-      FROM temp.fenceq_submit_batch WHERE NOT (payload IS NULL OR (typeof(payload) = 'text' AND json_valid(payload) AND instr(replace(payload, '\\', ''), '\u0000') = 0))
+      FROM temp.fenceq_submit_batch WHERE NOT (payload IS NULL
+                                               OR (typeof(payload) = 'text' AND json_valid(payload)
+                                                   AND instr(replace(payload, '\\', ''), '\u0000') = 0))
     UNION ALL SELECT i, 18, 'QF103', 'fenceq: payload exceeds 1 MiB in canonical form'
       FROM temp.fenceq_submit_batch WHERE NOT (payload IS NULL OR length(CAST(payload AS BLOB)) <= 1048576)
     UNION ALL SELECT i, 19, 'QF100', 'fenceq: fingerprint must be fq1: and 64 lowercase hex digits'
@@ -202,7 +233,13 @@ SELECT sqlstate, message, 'request index ' || i FROM (
  ORDER BY i, rank LIMIT 1;
 -- New job ids: random hex first, then shaped as version 4 UUIDs.
 UPDATE temp.fenceq_submit_batch SET new_job_id = coalesce(job_id, lower(hex(randomblob(16)))) WHERE fresh;
-UPDATE temp.fenceq_submit_batch SET new_job_id = substr(new_job_id, 1, 8) || '-' || substr(new_job_id, 9, 4) || '-4' || substr(new_job_id, 14, 3) || '-' || substr('89ab', (instr('0123456789abcdef', substr(new_job_id, 17, 1)) - 1) % 4 + 1, 1) || substr(new_job_id, 18, 3) || '-' || substr(new_job_id, 21, 12) WHERE fresh AND job_id IS NULL;
+UPDATE temp.fenceq_submit_batch
+   SET new_job_id = substr(new_job_id, 1, 8) || '-' || substr(new_job_id, 9, 4)
+                    || '-4' || substr(new_job_id, 14, 3)
+                    || '-' || substr('89ab', (instr('0123456789abcdef', substr(new_job_id, 17, 1)) - 1) % 4 + 1, 1)
+                    || substr(new_job_id, 18, 3)
+                    || '-' || substr(new_job_id, 21, 12)
+ WHERE fresh AND job_id IS NULL;
 -- A fresh job whose active key a later (forced) element takes over is
 -- inserted already cancelled.
 UPDATE temp.fenceq_submit_batch AS b
@@ -231,5 +268,11 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
 SELECT e.sqlstate, e.message, e.detail,
-       CASE WHEN e.sqlstate IS NULL THEN (SELECT json_group_array(a.job_id) FROM (SELECT coalesce(b.db_job_id, f.new_job_id) AS job_id FROM temp.fenceq_submit_batch AS b LEFT JOIN temp.fenceq_submit_batch AS f ON f.i = b.first_i OR (b.first_i IS NULL AND f.i = b.i) ORDER BY b.i) AS a) END AS value
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT json_group_array(a.job_id)
+                    FROM (SELECT coalesce(b.db_job_id, f.new_job_id) AS job_id
+                            FROM temp.fenceq_submit_batch AS b
+                            LEFT JOIN temp.fenceq_submit_batch AS f
+                                   ON f.i = b.first_i OR (b.first_i IS NULL AND f.i = b.i)
+                           ORDER BY b.i) AS a) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -19,11 +19,11 @@ import sys
 import time
 
 import fenceq
-import fenceq._sqlite
+import fenceq.backends.sqlite
 
 
 def claim(url: str, queue: str, owner: str, busy_timeout: float) -> None:
-    fenceq._sqlite.BUSY_TIMEOUT_SECONDS = busy_timeout
+    fenceq.backends.sqlite.BUSY_TIMEOUT_SECONDS = busy_timeout
     claimed, failures = [], []
 
     def patiently(call):
@@ -58,7 +58,7 @@ def submit(url: str, queue: str) -> None:
 
 
 def hold(url: str, queue: str) -> None:
-    connection = sqlite3.connect(fenceq._sqlite.database_path(url), isolation_level=None)
+    connection = sqlite3.connect(fenceq.backends.sqlite.database_path(url), isolation_level=None)
     connection.execute("BEGIN IMMEDIATE")
     connection.execute("UPDATE fenceq__jobs SET status = 'completed'")
     connection.execute("DELETE FROM fenceq__queues")

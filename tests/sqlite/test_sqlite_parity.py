@@ -1,6 +1,6 @@
 """SQLite answers as PostgreSQL does: the same QF codes for bad input that
 reaches the SQL (past the client's own checks), and the same submission
-fingerprints for every request (CONTRACT §4)."""
+fingerprints for every request (docs/guarantees.md §4)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fenceq
-import fenceq._sqlite
+import fenceq.backends.sqlite
 from fenceq import canonical
 from fenceq.ops import Arg, Op, submit_request
 
@@ -185,7 +185,7 @@ def run_file(path: str, name: str, params: dict) -> list[dict]:
 
 
 def test_submit_batch_reads_timestamps_with_offsets_as_postgresql_does(sqlite_db):
-    path = fenceq._sqlite.database_path(sqlite_db.url)
+    path = fenceq.backends.sqlite.database_path(sqlite_db.url)
     assert run_file(path, "create_queue", dict.fromkeys(
         ["queue", "lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter"])
         | {"queue": "q"})[0]["value"] == 1
@@ -206,7 +206,7 @@ def test_submit_batch_reads_timestamps_with_offsets_as_postgresql_does(sqlite_db
 
 
 def test_a_driver_sees_error_rows_not_exceptions_for_malformed_arguments(sqlite_db):
-    path = fenceq._sqlite.database_path(sqlite_db.url)
+    path = fenceq.backends.sqlite.database_path(sqlite_db.url)
     claim = {"queues": "not json", "owner_id": "w", "claim_token": "t", "lease": None, "budget": None}
     assert run_file(path, "claim_next", claim)[0]["sqlstate"] == "QF100"
     assert run_file(path, "claim_next", claim | {"queues": '["q"]', "owner_id": 7})[0]["sqlstate"] == "QF102"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fenceq
-import fenceq._sqlite
+import fenceq.backends.sqlite
 from fenceq.ops import get_job
 
 CHILD = Path(__file__).with_name("sqlite_child.py")
@@ -48,11 +48,11 @@ def test_processes_claiming_at_once_never_share_a_job(sqlite_db):
 
 
 def test_database_is_locked_is_a_clean_persistence_failure(sqlite_db, monkeypatch):
-    monkeypatch.setattr(fenceq._sqlite, "BUSY_TIMEOUT_SECONDS", 0.05)
+    monkeypatch.setattr(fenceq.backends.sqlite, "BUSY_TIMEOUT_SECONDS", 0.05)
     with sqlite_db.connect() as client:
         client.create_queue("q")
         job_id = client.submit("q", "t")
-        holder = sqlite3.connect(fenceq._sqlite.database_path(sqlite_db.url), isolation_level=None)
+        holder = sqlite3.connect(fenceq.backends.sqlite.database_path(sqlite_db.url), isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         try:
             with pytest.raises(fenceq.PersistenceFailed) as info:

@@ -1,6 +1,12 @@
-"""Fixtures for the worker tests: a short-lease queue, worker processes
-(``fenceq worker`` run as a real subprocess, logging JSON to a file), and
-in-process workers."""
+"""Fixtures for the worker tests: a queue, worker processes (``fenceq
+worker`` run as a real subprocess, logging JSON to a file), and in-process
+workers.
+
+No test measures time. Tests wait for events or database state, with
+timeouts that only bound a failure (``PATIENCE``), and a lease short enough
+to lapse is given only to the worker whose lease a test means to lose
+(``SHORT_LEASE``): the queue's own lease is long, so that a loaded machine
+pausing a worker never hands a job on behind a test's back."""
 
 from __future__ import annotations
 
@@ -23,10 +29,12 @@ sys.path.insert(0, str(HERE))
 
 import fq_worker_apps  # noqa: E402
 
-LEASE = timedelta(seconds=1)
+LEASE = timedelta(seconds=60)
+SHORT_LEASE = 1.0  # seconds
+PATIENCE = 60.0    # seconds: how long a test waits for what must happen before it fails
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+def wait_for(predicate: Callable[[], Any], timeout: float = PATIENCE, what: str = "condition",
              interval: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -38,7 +46,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "c
         time.sleep(interval)
 
 
-async def async_wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+async def async_wait_for(predicate: Callable[[], Any], timeout: float = PATIENCE, what: str = "condition",
                          interval: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -94,7 +102,7 @@ class WorkerProcess:
         return [e for e in self.events()
                 if e.get("event") == event and all(e.get(k) == v for k, v in match.items())]
 
-    def wait_event(self, event: str, timeout: float = 10.0, **match: Any) -> dict:
+    def wait_event(self, event: str, timeout: float = PATIENCE, **match: Any) -> dict:
         return wait_for(lambda: (self.find(event, **match) or [None])[0], timeout,
                         f"{self.name}: log event {event} {match}\n--- log:\n{self.tail()}")
 
@@ -113,7 +121,7 @@ class WorkerProcess:
 
         freeze(self.process, url)
 
-    def wait(self, timeout: float = 10.0) -> int:
+    def wait(self, timeout: float = PATIENCE) -> int:
         return self.process.wait(timeout)
 
 
@@ -134,7 +142,7 @@ def spawn_worker(db, tmp_path: Path):
                                        cwd=str(tmp_path))
         worker = WorkerProcess(name, process, log)
         started.append(worker)
-        worker.wait_event("worker_started", timeout=15)
+        worker.wait_event("worker_started")
         return worker
 
     yield spawn
@@ -143,11 +151,11 @@ def spawn_worker(db, tmp_path: Path):
             with contextlib.suppress(ProcessLookupError):
                 worker.process.send_signal(signal.SIGCONT)
                 worker.process.kill()
-            worker.process.wait(10)
+            worker.process.wait(PATIENCE)
 
 
 @contextlib.asynccontextmanager
-async def running(worker, timeout: float = 10.0):
+async def running(worker, timeout: float = PATIENCE):
     """Run an in-process Worker for the duration of the block."""
     task = asyncio.create_task(worker.run_async())
     try:

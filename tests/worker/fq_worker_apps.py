@@ -57,6 +57,15 @@ def slow(ctx):
     return {"gen": ctx.generation, "pid": os.getpid()}
 
 
+@app.task("polite")
+def polite(ctx):
+    """Works until the worker asks it to stop (a drain), then finishes."""
+    trace(ctx, "start")
+    ctx.stopping.wait(ctx.payload.get("seconds", 60))
+    trace(ctx, "end")
+    return {"gen": ctx.generation}
+
+
 @app.task("stall")
 def stall(ctx):
     """Generation 1 stalls and watches its fence; later generations finish at once."""
@@ -114,14 +123,6 @@ def flaky(ctx):
 def broken(ctx):
     trace(ctx, "start")
     raise NonRetryable("bad input: will never work")
-
-
-@app.task("aquick")
-async def aquick(ctx):
-    trace(ctx, "start")
-    value = await ctx.checkpoint("one", lambda: 1)
-    await asyncio.sleep(ctx.payload.get("seconds", 0))
-    return {"async": True, "one": value}
 
 
 @app.task("noop")

@@ -1,14 +1,16 @@
-"""The CLI commands this issue adds: queue, submit, job, cancel, dlq, worker
-errors. Run in-process through ``fenceq.cli.main`` on both backends."""
+"""The CLI commands: queue, submit, job, cancel, stats, dlq, worker options
+and errors. Run in-process through ``fenceq.cli.main`` on both backends."""
 
 from __future__ import annotations
 
+import argparse
 import json
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 import fenceq
-from fenceq.cli import main
+from fenceq.cli import UserError, _could_not_connect, build_parser, main, worker_settings
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -97,7 +99,7 @@ def test_dlq_list_replay_discard(db, capsys):
 
     code, out, _ = run(capsys, "dlq", "list", "--url", db.url)
     assert dlq_c in out and dlq_a not in out and dlq_b not in out
-    code, out, _ = run(capsys, "dlq", "list", "--all", "--url", db.url)
+    code, out, _ = run(capsys, "dlq", "list", "--include-handled", "--url", db.url)
     assert "replayed" in out and "discarded" in out
 
     code, out, _ = run(capsys, "dlq", "replay", "--all", "--url", db.url)
@@ -136,6 +138,151 @@ def test_unreachable_database_exits_3(capsys):
     assert code == 3 and err.strip().endswith("[unavailable]") and "127.0.0.1" not in err
 
 
+@pytest.mark.parametrize("url", ["postgresql://nobody@127.0.0.1:1/none", "sqlite:////no/such/folder/fenceq.db"],
+                         ids=["postgres-refused", "sqlite-unopenable"])
+def test_a_connection_that_cannot_be_opened_says_so_without_the_url(capsys, url):
+    code, _, err = run(capsys, "stats", "--url", url)
+    assert (code, err) == (3, "fenceq: could not connect to the database [unavailable]\n")
+
+
+def test_a_connection_lost_during_a_call_is_not_called_refused(pg):
+    """A lost connection may have done its work: it keeps the "outcome is
+    unknown" message, not "could not connect"."""
+    with pg.connect() as client:
+        pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+               " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        with pytest.raises(fenceq.PersistenceFailed) as failure:
+            client.stats()
+    assert failure.value.__cause__ is not None and not _could_not_connect(failure.value)
+
+
+def test_queue_actions_are_subcommands_that_refuse_unrelated_options(db, capsys):
+    with db.connect() as client:
+        client.create_queue("q")
+    code, out, _ = run(capsys, "queue", "pause", "q", "--url", db.url)
+    assert (code, out) == (0, "queue q: paused\n")
+    code, out, _ = run(capsys, "queue", "pause", "q", "--url", db.url)
+    assert (code, out) == (0, "queue q: was already paused\n")
+    with db.connect() as client:
+        assert [s.paused for s in client.stats()] == [True]
+    with pytest.raises(SystemExit) as refused:
+        main(["queue", "pause", "q", "--lease", "5s", "--url", db.url])
+    assert refused.value.code == 2 and "unrecognized arguments: --lease 5s" in capsys.readouterr().err
+    code, out, _ = run(capsys, "queue", "resume", "q", "--url", db.url)
+    assert (code, out) == (0, "queue q: resumed\n")
+    code, _, err = run(capsys, "queue", "resume", "nope", "--url", db.url)
+    assert code == 2 and "unknown queue" in err
+
+
+def test_each_flag_has_one_meaning(db, capsys):
+    """--all picks every open letter instead of ids; listing handled
+    letters too is --include-handled."""
+    with pytest.raises(SystemExit) as refused:
+        main(["dlq", "list", "--all", "--url", db.url])
+    assert refused.value.code == 2
+    capsys.readouterr()
+    with db.connect() as client:
+        client.create_queue("q")
+    _, dlq_id = dead_letter(db, "q")
+    code, _, err = run(capsys, "dlq", "replay", dlq_id, "--queue", "q", "--url", db.url)
+    assert (code, err) == (2, "fenceq: --queue goes with --all\n")
+    code, _, err = run(capsys, "dlq", "discard", dlq_id, "--all", "--url", db.url)
+    assert (code, err) == (2, "fenceq: give dead-letter ids or --all, not both\n")
+    with db.connect() as client:
+        assert client.dead_letters()[0].replayed_at is None, "a refused command changed nothing"
+    code, _, err = run(capsys, "submit", "q", "--file", "-", "--priority", "3", "--url", db.url)
+    assert (code, err) == (2, "fenceq: with --file each line is a whole request; drop --priority\n")
+
+
+def parse_time(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    assert moment.utcoffset() == timedelta(0), text
+    return moment
+
+
+def test_json_output_of_stats_job_and_dead_letters(db, capsys):
+    with db.connect() as client:
+        client.create_queue("q", max_attempts=1)
+    job_id, dlq_id = dead_letter(db, "q")
+    with db.connect() as client:
+        waiting = client.submit("q", "later", {"n": 1})
+
+    code, out, _ = run(capsys, "stats", "--json", "--url", db.url)
+    [stats] = json.loads(out)
+    assert code == 0 and list(stats) == ["queue", "pending", "due", "claimed", "cancel_requested",
+                                         "oldest_due_age", "paused", "notify"]
+    assert (stats["queue"], stats["pending"], stats["claimed"], stats["paused"]) == ("q", 1, 0, False)
+    assert isinstance(stats["oldest_due_age"], float) and stats["oldest_due_age"] >= 0, "seconds"
+
+    code, out, _ = run(capsys, "job", job_id, "--json", "--url", db.url)
+    job = json.loads(out)
+    assert code == 0 and (job["job_id"], job["status"], job["dlq_id"], job["generation"]) == (
+        job_id, "failed", dlq_id, 1)
+    assert job["last_error"] == "boom" and job["payload"] is None and job["expires_at"] is None
+    assert parse_time(job["finished_at"]) >= parse_time(job["created_at"])
+    assert parse_time(job["lease_expires_at"]) > parse_time(job["created_at"]), "kept for inspection"
+    [claim] = job["claims"]
+    assert (claim["generation"], claim["owner_id"]) == (1, "w")
+    assert parse_time(claim["claimed_at"]) >= parse_time(job["created_at"])
+    code, out, _ = run(capsys, "job", waiting, "--json", "--url", db.url)
+    assert json.loads(out)["payload"] == {"n": 1} and json.loads(out)["claims"] == []
+
+    code, out, _ = run(capsys, "dlq", "list", "--json", "--url", db.url)
+    [letter] = json.loads(out)
+    assert code == 0 and list(letter) == ["dlq_id", "job_id", "queue", "task", "error", "attempts",
+                                          "failed_at", "replayed_at", "discarded_at"]
+    assert (letter["dlq_id"], letter["job_id"], letter["error"], letter["replayed_at"]) == (
+        dlq_id, job_id, "boom", None)
+    assert parse_time(letter["failed_at"]) <= datetime.now(timezone.utc)
+    run(capsys, "dlq", "discard", dlq_id, "--url", db.url)
+    code, out, _ = run(capsys, "dlq", "list", "--json", "--url", db.url)
+    assert json.loads(out) == []
+    code, out, _ = run(capsys, "dlq", "list", "--json", "--include-handled", "--url", db.url)
+    assert parse_time(json.loads(out)[0]["discarded_at"]) >= parse_time(letter["failed_at"])
+
+
+def worker_args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["worker", "app:app", *argv])
+
+
+def test_worker_options_default_to_their_environment_variables():
+    environ = {"FENCEQ_WORKER_CONCURRENCY": "8", "FENCEQ_WORKER_QUEUE": "a, b",
+               "FENCEQ_WORKER_DRAIN_TIMEOUT": "5s", "FENCEQ_WORKER_REAP": "0",
+               "FENCEQ_WORKER_OWNER_ID": "box-1", "FENCEQ_WORKER_LOG_FORMAT": "json"}
+    settings = worker_settings(worker_args(), environ)
+    assert (settings["concurrency"], settings["queue"], settings["drain_timeout"], settings["reap"],
+            settings["owner_id"], settings["log_format"]) == (
+        8, ["a", "b"], timedelta(seconds=5), False, "box-1", "json")
+    assert (settings["reap_interval"], settings["record_pid"], settings["lease"]) == (
+        timedelta(seconds=2), False, None), "unset variables leave the defaults"
+
+    flagged = worker_settings(worker_args("-c", "2", "-q", "c", "--reap", "--owner-id", "me"), environ)
+    assert (flagged["concurrency"], flagged["queue"], flagged["reap"], flagged["owner_id"]) == (
+        2, ["c"], True, "me"), "a flag wins over its variable"
+    assert worker_settings(worker_args(), {})["concurrency"] == 1
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("FENCEQ_WORKER_CONCURRENCY", "0", "$FENCEQ_WORKER_CONCURRENCY: must be at least 1"),
+    ("FENCEQ_WORKER_LEASE", "soon", "$FENCEQ_WORKER_LEASE: not a duration: 'soon'"),
+    ("FENCEQ_WORKER_RECORD_PID", "maybe", "$FENCEQ_WORKER_RECORD_PID: not a switch: 'maybe'"),
+    ("FENCEQ_WORKER_LOG_LEVEL", "loud", "$FENCEQ_WORKER_LOG_LEVEL: 'loud' is not one of"),
+])
+def test_a_bad_environment_value_names_its_variable(variable, value, message):
+    with pytest.raises(UserError) as refused:
+        worker_settings(worker_args(), {variable: value})
+    assert str(refused.value).startswith(message)
+
+
+def test_worker_help_names_every_variable(capsys):
+    with pytest.raises(SystemExit):
+        main(["worker", "--help"])
+    out = capsys.readouterr().out
+    for variable in ("FENCEQ_WORKER_CONCURRENCY", "FENCEQ_WORKER_QUEUE", "FENCEQ_WORKER_OWNER_ID",
+                     "FENCEQ_WORKER_REAP", "FENCEQ_WORKER_PURGE_SUBMISSIONS_AFTER"):
+        assert "$" + variable in out.replace("\n", "").replace(" ", "")
+
+
 @pytest.fixture
 def restore_logging():
     import logging
@@ -150,3 +297,20 @@ def restore_logging():
 def test_worker_command_on_an_unknown_queue_fails_cleanly(db, capsys, restore_logging):
     code, _, err = run(capsys, "worker", "fq_worker_apps:app", "--queue", "nope", "--url", db.url)
     assert code == 2 and "unknown queue" in err
+
+
+def test_worker_command_takes_its_queues_from_the_environment(db, capsys, restore_logging, monkeypatch):
+    monkeypatch.setenv("FENCEQ_WORKER_QUEUE", "nope")
+    code, _, err = run(capsys, "worker", "fq_worker_apps:app", "--url", db.url)
+    assert code == 2 and "unknown queue" in err
+
+
+def test_rollback_to_a_version(db, capsys):
+    code, out, _ = run(capsys, "rollback", "--to", "1", "--url", db.url)
+    assert code == 0 and "0002_fenceq_v2" in out and "0001" not in out
+    with db.connect() as client:
+        assert client.version() == "1"
+    code, out, _ = run(capsys, "migrate", "--url", db.url)
+    assert code == 0
+    with db.connect() as client:
+        assert client.version() == "2"

@@ -1,17 +1,20 @@
 """Fault tests with real ``fenceq worker`` processes (both backends):
-SIGKILL mid-job, SIGSTOP past the lease, SIGTERM drain, cancel round trip."""
+SIGKILL mid-job, SIGSTOP past the lease, SIGTERM drain, cancel round trip.
+The worker whose lease must lapse claims with ``SHORT_LEASE``."""
 
 from __future__ import annotations
 
 import signal
 
-from conftest import read_trace, wait_for
+from conftest import SHORT_LEASE, read_trace, wait_for
+
+SHORT = ("--lease", f"{SHORT_LEASE}s")
 
 
 def test_sigkill_mid_job_ends_exactly_once_by_takeover(db, work_queue, trace_file, spawn_worker):
     with db.connect() as client:
         job_id = client.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 1.0})
-        a = spawn_worker("a", "--no-reap")
+        a = spawn_worker("a", "--no-reap", *SHORT)
         wait_for(lambda: any(e["event"] == "start" for e in read_trace(trace_file)), what="a starts the job")
         a.signal(signal.SIGKILL)
         assert a.wait() == -signal.SIGKILL
@@ -19,7 +22,7 @@ def test_sigkill_mid_job_ends_exactly_once_by_takeover(db, work_queue, trace_fil
         assert (held.status, held.owner_id, held.generation) == ("claimed", "a", 1)
 
         b = spawn_worker("b")
-        done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j, timeout=15,
+        done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j,
                         what="b completes the job")
         assert done.generation == 2 and done.owner_id == "b" and done.result["gen"] == 2
         assert done.result["pid"] == b.pid
@@ -39,13 +42,13 @@ def test_sigstop_past_lease_then_sigcont_writes_refused_and_handler_told(db, wor
                                                                           spawn_worker):
     with db.connect() as client:
         job_id = client.submit(work_queue, "stall", {"trace": str(trace_file), "seconds": 20})
-        a = spawn_worker("a", "--no-reap")
+        a = spawn_worker("a", "--no-reap", *SHORT)
         wait_for(lambda: read_trace(trace_file), what="a starts the job")
         a.freeze(db.url)
         frozen = client.get_job(job_id)  # a's lease as the database saw it once a stopped
 
         b = spawn_worker("b")
-        done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j, timeout=15,
+        done = wait_for(lambda: (j := client.get_job(job_id)).status == "completed" and j,
                         what="b takes the job over and completes it")
         assert b.wait_event("completed", job_id=job_id)
         assert (done.generation, done.owner_id, done.result) == (2, "b", {"gen": 2})
@@ -72,15 +75,17 @@ def test_sigstop_past_lease_then_sigcont_writes_refused_and_handler_told(db, wor
 
 def test_sigterm_drains_then_releases_unfinished(db, work_queue, trace_file, spawn_worker):
     with db.connect() as client:
-        short = client.submit(work_queue, "quick", {"trace": str(trace_file), "seconds": 0.3})
+        short = client.submit(work_queue, "polite", {"trace": str(trace_file)})  # ends when told to stop
         long = client.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 30})
-        a = spawn_worker("a", "--drain-timeout", "1s", concurrency=2)
+        a = spawn_worker("a", "--drain-timeout", "60s", concurrency=2)
         wait_for(lambda: len([e for e in read_trace(trace_file) if e["event"] == "start"]) == 2,
                  what="both jobs start")
         a.signal(signal.SIGTERM)
         a.wait_event("stopping")
         late = client.submit(work_queue, "quick", {"trace": str(trace_file)})
-        assert a.wait(timeout=10) == 0
+        wait_for(lambda: client.get_job(short).status == "completed", what="the drain lets the short job finish")
+        a.signal(signal.SIGTERM)  # a second signal ends the drain: what is unfinished is released now
+        assert a.wait() == 0
 
         assert client.get_job(short).status == "completed"
         released = client.get_job(long)
@@ -97,7 +102,7 @@ def test_cancel_round_trip(db, work_queue, trace_file, spawn_worker):
         a = spawn_worker("a")
         wait_for(lambda: read_trace(trace_file), what="the job starts")
         assert client.cancel(job_id) == "cancel_requested"
-        done = wait_for(lambda: (j := client.get_job(job_id)).status == "cancelled" and j, timeout=10,
+        done = wait_for(lambda: (j := client.get_job(job_id)).status == "cancelled" and j,
                         what="the worker acknowledges the cancel")
         assert done.generation == 1 and done.lease_expires_at is None and done.pid is None
         assert [e["event"] for e in read_trace(trace_file)] == ["start", "saw_cancel"]

@@ -1,19 +1,29 @@
 """In-process worker behaviour on both backends: lost acknowledgements,
-checkpoints, retries and dead letters, cancellation, heartbeats, wake-ups."""
+checkpoints, retries and dead letters, cancellation, heartbeats, wake-ups.
+
+Nothing here measures time: where a test once bounded an elapsed time, it
+now waits for what only the behaviour under test can bring about (a
+barrier all handlers must reach together, a worker whose idle waits never
+time out, the database's own lease times). Exact schedules are the unit
+tests' (tests/unit/, on a manual clock)."""
 
 from __future__ import annotations
 
 import asyncio
-import statistics
+import threading
 import time
 from datetime import timedelta
 
 import pytest
 
 import fenceq
-from conftest import async_wait_for, read_trace, running
+from conftest import PATIENCE, SHORT_LEASE, async_wait_for, read_trace, running
+from fenceq.backends import open_async_backend
 from fenceq.worker import App, LeaseLost, Worker
+from fenceq.worker.clock import SystemClock
+from fenceq.worker.runtime import Runtime
 from fq_worker_apps import app as tasks_app
+from fq_worker_apps import trace
 
 FAST = dict(reap_interval=0.2, poll_interval=0.05, control_poll=0.2, drain_timeout=2)
 
@@ -56,7 +66,7 @@ async def job_of(client, job_id):
     return await client.get_job(job_id)
 
 
-async def wait_status(client, job_id, status, timeout=10.0):
+async def wait_status(client, job_id, status, timeout=PATIENCE):
     return await async_wait_for(
         lambda: _status_is(client, job_id, status), timeout, f"job {job_id} to become {status}")
 
@@ -118,15 +128,35 @@ async def test_claim_that_never_ran_is_not_recovered_and_work_goes_on(db, work_q
     assert job.generation == 1 and worker.counts["recovered_claims"] == 0
 
 
+def together_app(queue: str, jobs: int) -> App:
+    """``together``: async handlers that return only once all ``jobs`` of them
+    are running at once; they then return in one turn of the loop, so their
+    completions queue up together."""
+    app = App(queues=[queue])
+    arrived: list[str] = []
+    everyone = asyncio.Event()
+
+    @app.task("together")
+    async def together(ctx):
+        trace(ctx, "start")
+        one = await ctx.checkpoint("one", lambda: 1)
+        arrived.append(ctx.job_id)
+        if len(arrived) == jobs:
+            everyone.set()
+        await everyone.wait()
+        return {"gen": ctx.generation, "async": True, "one": one}
+
+    return app
+
+
 @pytest.mark.parametrize("concurrency", [1, 4])
 async def test_lost_ack_on_complete_is_resolved_without_double_work(db, work_queue, aclient, trace_file,
                                                                     concurrency):
-    ids = [await aclient.submit(work_queue, "quick", {"trace": str(trace_file), "seconds": 0.05})
-           for _ in range(concurrency)]
+    ids = [await aclient.submit(work_queue, "together", {"trace": str(trace_file)}) for _ in range(concurrency)]
     faults = LoseAcks({"complete", "complete_batch"})
-    # With 4 jobs, a 0.2 s window gathers their completions into one complete_batch.
-    worker = Worker(tasks_app, url=db.url, queues=[work_queue], concurrency=concurrency,
-                    wrap_client=faults, complete_window=0.2 if concurrency > 1 else 0.0, **FAST)
+    # With 4 jobs, their completions queue up together and go out as one complete_batch.
+    worker = Worker(together_app(work_queue, concurrency), url=db.url, concurrency=concurrency,
+                    wrap_client=faults, **FAST)
     async with running(worker):
         for job_id in ids:
             await wait_status(aclient, job_id, "completed")
@@ -173,14 +203,14 @@ async def test_unknown_task_fails_with_retry(db, work_queue, aclient):
 
 
 async def test_async_handlers_and_checkpoints(db, work_queue, aclient):
-    ids = [await aclient.submit(work_queue, "aquick", {"seconds": 0.2}) for _ in range(4)]
-    worker = Worker(tasks_app, url=db.url, queues=[work_queue], concurrency=4, **FAST)
-    started = time.monotonic()
+    """Four async handlers run at once on the loop: each returns only once all
+    four are running."""
+    ids = [await aclient.submit(work_queue, "together") for _ in range(4)]
+    worker = Worker(together_app(work_queue, 4), url=db.url, concurrency=4, **FAST)
     async with running(worker):
         for job_id in ids:
             job = await wait_status(aclient, job_id, "completed")
-            assert job.result == {"async": True, "one": 1}
-    assert time.monotonic() - started < 3.0
+            assert job.result == {"gen": 1, "async": True, "one": 1}
 
 
 async def test_result_that_is_not_json_fails_the_job(db, work_queue, aclient):
@@ -194,12 +224,27 @@ async def test_result_that_is_not_json_fails_the_job(db, work_queue, aclient):
 
 # Heartbeats and leases ------------------------------------------------------------
 
-async def test_heartbeats_keep_a_job_past_its_lease(db, work_queue, aclient, trace_file):
-    job_id = await aclient.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 2.5})
-    first = Worker(tasks_app, url=db.url, queues=[work_queue], owner_id="first", **FAST)
-    second = Worker(tasks_app, url=db.url, queues=[work_queue], owner_id="second", **FAST)
+async def test_heartbeats_keep_a_job_past_its_lease(db, work_queue, aclient):
+    """The handler runs until the database has renewed its lease at a time
+    past the first lease's end, while a second worker reaps all along."""
+    lease = timedelta(seconds=3)
+    started = threading.Event()
+    app = App(queues=[work_queue])
+
+    @app.task("outlive")
+    def outlive(ctx):
+        with db.connect() as client:
+            first_end = client.get_job(ctx.job_id).lease_expires_at
+            started.set()
+            while client.get_job(ctx.job_id).lease_expires_at < first_end + lease:
+                time.sleep(0.05)
+        return "outlived"
+
+    job_id = await aclient.submit(work_queue, "outlive")
+    first = Worker(app, url=db.url, owner_id="first", lease=lease, **FAST)
+    second = Worker(app, url=db.url, owner_id="second", **FAST)
     async with running(first):
-        await async_wait_for(lambda: read_trace(trace_file), what="first starts")
+        await async_wait_for(started.is_set, what="first starts")
         async with running(second):
             job = await wait_status(aclient, job_id, "completed")
     assert (job.generation, job.owner_id) == (1, "first")
@@ -209,17 +254,21 @@ async def test_heartbeats_keep_a_job_past_its_lease(db, work_queue, aclient, tra
 async def test_lost_heartbeat_tells_the_handler_and_refuses_its_writes(db, work_queue, aclient):
     """The worker's heartbeats stop reaching the database (a partition): the
     lease lapses, another worker takes over; the handler sees fence_live turn
-    false and its later checkpoint is refused."""
+    false and its checkpoint after the takeover is refused."""
     seen = {}
+    taken_over = threading.Event()
     app = App(queues=[work_queue])
 
     @app.task("watch")
     def watch(ctx):
         if ctx.generation > 1:
+            taken_over.set()
             return "second"
         while ctx.fence_live:
             time.sleep(0.02)
-        seen["told_after"] = time.monotonic()
+        # fence_live turns false a little before the database's lease ends:
+        # write only once another worker holds the job.
+        taken_over.wait(60)
         try:
             ctx.checkpoint("late", lambda: 1)
         except LeaseLost:
@@ -230,7 +279,7 @@ async def test_lost_heartbeat_tells_the_handler_and_refuses_its_writes(db, work_
     job_id = await aclient.submit(work_queue, "watch")
     cut = LoseAcks({"heartbeat", "heartbeat_batch"}, times=10**6, before=True)
     partitioned = Worker(app, url=db.url, owner_id="partitioned", wrap_client=cut, reap_interval=None,
-                         poll_interval=0.05)
+                         poll_interval=0.05, lease=SHORT_LEASE)
     healthy = Worker(app, url=db.url, owner_id="healthy", **FAST)
     async with running(partitioned):
         await async_wait_for(lambda: _status_is(aclient, job_id, "claimed"), what="claimed")
@@ -251,7 +300,7 @@ async def test_cancel_request_is_seen_and_acknowledged(db, work_queue, aclient, 
     async with running(worker):
         await async_wait_for(lambda: read_trace(trace_file), what="start")
         assert await aclient.cancel(job_id) == "cancel_requested"
-        job = await wait_status(aclient, job_id, "cancelled", timeout=5)
+        job = await wait_status(aclient, job_id, "cancelled")
     assert job.generation == 1
     assert [e["event"] for e in read_trace(trace_file)] == ["start", "saw_cancel"]
     assert worker.counts["cancelled"] == 1
@@ -263,7 +312,7 @@ async def test_force_cancel_kills_the_fence_and_tells_the_handler(db, work_queue
     async with running(worker):
         await async_wait_for(lambda: read_trace(trace_file), what="start")
         assert await aclient.cancel(job_id, force=True) == "cancelled"
-        await async_wait_for(lambda: len(read_trace(trace_file)) == 2, timeout=5, what="handler told")
+        await async_wait_for(lambda: len(read_trace(trace_file)) == 2, what="handler told")
     [start, saw] = read_trace(trace_file)
     assert saw["event"] == "saw_cancel"
     assert (await aclient.get_job(job_id)).status == "cancelled"
@@ -283,39 +332,73 @@ async def test_stop_releases_unfinished_async_handler(db, work_queue, aclient, t
 
 # Wake-ups, reap, purge --------------------------------------------------------------
 
-async def test_notify_wakes_an_idle_worker_at_once(pg):
-    """PostgreSQL: with polling set to 30 s, only NOTIFY can wake the worker."""
+class WakeOnly(SystemClock):
+    """Waits end only when their event is set: an idle claimer never polls."""
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        await event.wait()
+        return True
+
+
+class CountClaims:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, client):
+        counter = self
+
+        class Counted:
+            def __getattr__(self, name):
+                return getattr(client, name)
+
+            async def claim_next(self, *args, **kwargs):
+                counter.calls += 1
+                return await client.claim_next(*args, **kwargs)
+
+        return Counted()
+
+
+async def test_notify_wakes_an_idle_worker(pg):
+    """PostgreSQL: the worker's idle waits never time out, so only NOTIFY can
+    wake it for each new job."""
     aclient = await pg.connect_async()
     await aclient.create_queue("wake", lease=timedelta(seconds=5))
-    starts: dict[str, float] = {}
+    started: set[str] = set()
     app = App(queues=["wake"])
 
     @app.task("mark")
     async def mark(ctx):
-        starts[ctx.job_id] = time.monotonic()
+        started.add(ctx.job_id)
 
-    worker = Worker(app, url=pg.url, poll_interval=30, reap_interval=None)
-    latencies = []
-    async with running(worker):
-        await asyncio.sleep(0.3)  # idle: the claim loop is asleep
+    claims = CountClaims()
+    settings = Worker(app, url=pg.url, reap_interval=None).settings
+    runtime = Runtime(app, settings, open_backend=lambda: open_async_backend(pg.url), wrap_client=claims,
+                      clock=WakeOnly())
+    task = asyncio.create_task(runtime.run())
+    try:
+        await async_wait_for(lambda: runtime.started.is_set() and claims.calls, what="the worker idles")
         for _ in range(7):
-            sent = time.monotonic()
             job_id = await aclient.submit("wake", "mark")
-            await async_wait_for(lambda: job_id in starts, timeout=5, what="handler start", interval=0.001)
-            latencies.append(starts[job_id] - sent)
-            await asyncio.sleep(0.05)
-    await aclient.close()
-    assert statistics.median(latencies) < 0.1, latencies
+            await async_wait_for(lambda: job_id in started, what="a notification wakes the worker")
+    finally:
+        runtime.request_stop()
+        await asyncio.wait_for(task, 60)
+        await aclient.close()
 
 
 async def test_idle_polling_is_bounded(db, work_queue, aclient, trace_file):
-    worker = Worker(tasks_app, url=db.url, queues=[work_queue], poll_interval=0.2, reap_interval=None)
+    """Without notifications (SQLite; PostgreSQL with notify off) an idle
+    worker, backed off to its bound, still finds new work by polling. The
+    bound itself: tests/unit (test_an_idle_worker_polls_no_less_often_than_poll_interval)."""
+    await aclient.set_queue_notify(work_queue, False)
+    claims = CountClaims()
+    worker = Worker(tasks_app, url=db.url, queues=[work_queue], poll_interval=0.2, reap_interval=None,
+                    wrap_client=claims)
     async with running(worker):
-        await asyncio.sleep(0.6)  # long enough to back off to the bound
-        sent = time.monotonic()
+        # 10, 20, 40, 80, 160 ms, then the 200 ms bound
+        await async_wait_for(lambda: claims.calls > 6, what="the idle worker backs off to its bound")
         job_id = await aclient.submit(work_queue, "quick", {"trace": str(trace_file)})
         await wait_status(aclient, job_id, "completed")
-    assert time.monotonic() - sent < 1.0
 
 
 async def test_retention_purge_runs_when_configured(db, work_queue, aclient):
@@ -324,7 +407,7 @@ async def test_retention_purge_runs_when_configured(db, work_queue, aclient):
                     purge_interval=0.1, **FAST)
     async with running(worker):
         # (not waiting for "completed": the purge may delete the job first)
-        await async_wait_for(lambda: _gone(aclient, job_id), timeout=5, what="purge")
+        await async_wait_for(lambda: _gone(aclient, job_id), what="purge")
     assert worker.counts["completed"] == 1
 
 
@@ -332,8 +415,11 @@ async def _gone(client, job_id):
     return await client.get_job(job_id) is None
 
 
-async def test_heartbeats_are_batched_across_in_flight_jobs(db, work_queue, aclient, trace_file):
+async def test_heartbeats_are_batched_across_in_flight_jobs(db, work_queue, aclient):
+    """Three jobs claimed together are renewed together: each heartbeat call
+    carries all three fences, never one call per job."""
     calls: list[tuple[str, int]] = []
+    two_rounds = threading.Event()
 
     class Count:
         def __init__(self, client):
@@ -342,21 +428,30 @@ async def test_heartbeats_are_batched_across_in_flight_jobs(db, work_queue, acli
         def __getattr__(self, name):
             return getattr(self._client, name)
 
+        def _seen(self, name: str, fences: int) -> None:
+            calls.append((name, fences))
+            if len(calls) >= 2:
+                two_rounds.set()
+
         async def heartbeat(self, fence, **kw):
-            calls.append(("heartbeat", 1))
+            self._seen("heartbeat", 1)
             return await self._client.heartbeat(fence, **kw)
 
         async def heartbeat_batch(self, fences, **kw):
-            calls.append(("heartbeat_batch", len(fences)))
+            self._seen("heartbeat_batch", len(fences))
             return await self._client.heartbeat_batch(fences, **kw)
 
-    ids = [await aclient.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 1.6})
-           for _ in range(3)]
-    worker = Worker(tasks_app, url=db.url, queues=[work_queue], concurrency=3, wrap_client=Count, **FAST)
+    app = App(queues=[work_queue])
+
+    @app.task("wait_for_beats")
+    def wait_for_beats(ctx):
+        two_rounds.wait(60)
+        return {"gen": ctx.generation}
+
+    ids = [await aclient.submit(work_queue, "wait_for_beats") for _ in range(3)]
+    worker = Worker(app, url=db.url, concurrency=3, wrap_client=Count, lease=timedelta(seconds=3), **FAST)
     async with running(worker):
         for job_id in ids:
             job = await wait_status(aclient, job_id, "completed")
             assert job.generation == 1
-    batched = [n for name, n in calls if name == "heartbeat_batch"]
-    assert batched and max(batched) == 3, calls
-    assert sum(n for _, n in calls) <= 3 * 6  # about lease/3 each, never one call per job per tick
+    assert calls[:2] == [("heartbeat_batch", 3)] * 2, calls

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import json
 import re
@@ -24,28 +25,23 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, AsyncIterator, Sequence
 
-from . import canonical
-from ._resources import migrations_dir, sql_dir
-from .errors import PersistenceFailed, config_error, translate
-from .ops import Op, SubmitRequest
-from .types import SchemaCheck
+from .. import canonical
+from .._resources import sql_dir
+from ..errors import PersistenceFailed, config_error, translate
+from ..ops import Op, SubmitRequest
+from ..types import SchemaCheck
+from .protocol import Capabilities, Notification
+from .results import Kind, answer
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
 
-_TIMESTAMP_COLUMNS = frozenset({
-    "run_at", "expires_at", "lease_expires_at", "budget_expires_at", "created_at", "finished_at",
-    "claimed_at", "failed_at", "replayed_at", "discarded_at"})
-_JSON_COLUMNS = frozenset({"payload", "result", "checkpoints"})
-_BOOLEAN_COLUMNS = frozenset({"cancel_requested", "paused", "notify", "ok"})
-_INTERVAL_COLUMNS = frozenset({"oldest_due_age"})
-# Scalar answers that arrive as JSON text (arrays, and checkpoint's value).
-_JSON_VALUES = frozenset({"submit_batch", "heartbeat_batch", "complete_batch", "checkpoint"})
-_STATUS_COLUMNS = ("sqlstate", "message", "detail")
+# No notifications: workers poll, briskly.
+CAPABILITIES = Capabilities(notifications=False, poll_interval=0.5, control_poll=0.5)
 
 _VIEWS = {
     "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify"
@@ -210,41 +206,19 @@ def parameters(op: Op) -> dict[str, Any]:
 
 # Results ------------------------------------------------------------------------
 
-def _timestamp(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-def _decode_row(row: dict[str, Any]) -> dict[str, Any]:
-    decoded = {}
-    for column, value in row.items():
-        if value is not None:
-            if column in _TIMESTAMP_COLUMNS:
-                value = _timestamp(value)
-            elif column in _JSON_COLUMNS:
-                value = json.loads(value)
-            elif column in _BOOLEAN_COLUMNS:
-                value = bool(value)
-            elif column in _INTERVAL_COLUMNS:
-                value = timedelta(microseconds=value)
-        decoded[column] = value
-    return decoded
-
-
-def shape(op: Op, rows: list[dict[str, Any]]) -> Any:
-    """The method's answer from the final statement's rows."""
-    if op.result == "rows":
-        return op.convert([_decode_row(row) for row in rows])
-    row = rows[0] if rows else None
-    if op.result == "row":
-        return op.convert(None if row is None else _decode_row(row))
-    if op.result == "void":
-        return None
-    value = None if row is None else row["value"]
-    if value is None:
-        return None
-    if op.name in _JSON_VALUES:
-        value = json.loads(value)
-    return op.convert(value)
+def decode(kind: Kind, value: Any) -> Any:
+    """A non-NULL SQLite value as the Python value of its declared kind:
+    timestamps are UTC text, intervals integer microseconds, booleans 0 or
+    1, JSON (arrays included) canonical text."""
+    if kind is Kind.TIMESTAMP:
+        return datetime.fromisoformat(value)
+    if kind is Kind.INTERVAL:
+        return timedelta(microseconds=value)
+    if kind is Kind.BOOLEAN:
+        return bool(value)
+    if kind is Kind.JSON:
+        return json.loads(value)
+    return value
 
 
 # Connections --------------------------------------------------------------------
@@ -340,6 +314,7 @@ class SqliteBackend:
     take turns."""
 
     name = "sqlite"
+    capabilities = CAPABILITIES
 
     def __init__(self, url: str):
         self.path = database_path(url)
@@ -349,11 +324,11 @@ class SqliteBackend:
 
     def run(self, op: Op) -> Any:
         with self._lock:
-            if op.name == "verify_schema":
-                rows = verify_schema(self._connection)
+            if op.name in _IN_PYTHON:
+                rows = _IN_PYTHON[op.name](self._connection)
             else:
                 rows = execute(self._connection, op, self._prepared)
-        return shape(op, rows)
+        return answer(op, rows, decode)
 
     def close(self) -> None:
         with self._lock:
@@ -365,6 +340,7 @@ class AsyncSqliteBackend:
     the event loop."""
 
     name = "sqlite"
+    capabilities = CAPABILITIES
 
     def __init__(self, backend: SqliteBackend, executor: concurrent.futures.ThreadPoolExecutor):
         self._backend = backend
@@ -388,6 +364,30 @@ class AsyncSqliteBackend:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._backend.close)
         finally:
             self._executor.shutdown(wait=False)
+
+    def listen(self, channels: Sequence[str]) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Notification]]:
+        raise config_error("QF100", "SQLite has no notifications: poll instead")
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, duty: str) -> AsyncIterator["AsyncSqliteBackend"]:
+        # Every write runs in BEGIN IMMEDIATE: rounds of a duty never overlap.
+        yield self
+
+    def schema_missing(self, error: BaseException) -> bool:
+        return "no such table" in str(error.__cause__ or "")
+
+
+def write_lock_held(url: str) -> bool:
+    """Whether some connection holds the file's write lock right now."""
+    probe = sqlite3.connect(database_path(url), timeout=0.1, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        probe.close()
 
 
 # verify_schema ------------------------------------------------------------------
@@ -548,80 +548,5 @@ def verify_schema(connection: sqlite3.Connection) -> list[dict[str, Any]]:
     return [{"check_name": c.check_name, "ok": c.ok, "detail": c.detail} for c in checks]
 
 
-# Migrations and the install script ---------------------------------------------
-
-def _migration_ids() -> list[str]:
-    return sorted(path.stem for path in migrations_dir("sqlite").glob("[0-9]*.py"))
-
-
-def _yoyo_bookkeeping() -> str:
-    """yoyo's own tables (its internal schema version 2, as its SQLite
-    backend creates them) and a row per migration, as `yoyo apply` leaves
-    them."""
-    import hashlib
-
-    now = "strftime('%Y-%m-%dT%H:%M:%f', 'now')"
-    rows = ",\n    ".join(f"('{hashlib.sha256(mid.encode()).hexdigest()}', '{mid}', {now})"
-                          for mid in _migration_ids())
-    return f"""
--- Migration bookkeeping (yoyo-migrations), so that `fenceq migrate` after
--- this script has nothing to apply.
-CREATE TABLE IF NOT EXISTS "_yoyo_migration" (
-    "migration_hash" VARCHAR(64), "migration_id" VARCHAR(255), "applied_at_utc" TIMESTAMP,
-    PRIMARY KEY ("migration_hash"));
-CREATE TABLE IF NOT EXISTS "_yoyo_log" (
-    "id" VARCHAR(36), "migration_hash" VARCHAR(64), "migration_id" VARCHAR(255),
-    "operation" VARCHAR(10), "username" VARCHAR(255), "hostname" VARCHAR(255),
-    "comment" VARCHAR(255), "created_at_utc" TIMESTAMP, PRIMARY KEY ("id"));
-CREATE TABLE IF NOT EXISTS "_yoyo_version" (
-    "version" INT NOT NULL PRIMARY KEY, "installed_at_utc" TIMESTAMP);
-CREATE TABLE IF NOT EXISTS "yoyo_lock" (
-    "locked" INT DEFAULT 1, "ctime" TIMESTAMP, "pid" INT NOT NULL, PRIMARY KEY ("locked"));
-INSERT OR IGNORE INTO "_yoyo_version" VALUES (2, {now});
-INSERT OR IGNORE INTO "_yoyo_migration" VALUES
-    {rows};
-"""
-
-
-def install_script() -> str:
-    """The complete, idempotent install script (`fenceq sql --backend sqlite`)."""
-    schema = (sql_dir("sqlite") / "schema.sql").read_text(encoding="utf-8")
-    return (
-        "-- fenceq install script for SQLite (generated by `fenceq sql --backend sqlite`).\n"
-        "-- Apply with: sqlite3 fenceq.db < fenceq.sql\n"
-        "-- then check it with: fenceq verify --url sqlite:///fenceq.db\n"
-        "-- WAL lets readers and one writer work at once; the mode is kept in the\n"
-        "-- file, and can only be set outside a transaction.\n"
-        "PRAGMA journal_mode = WAL;\n"
-        "BEGIN IMMEDIATE;\n\n"
-        + schema + _yoyo_bookkeeping() + "COMMIT;\n"
-    )
-
-
-def migrate_sqlite(url: str) -> list[SchemaCheck]:
-    """Apply pending migrations (yoyo's lock row serialises concurrent
-    runs), then verify_schema; QF901 when a check fails."""
-    from yoyo import get_backend, read_migrations
-    from yoyo.exceptions import LockTimeout
-
-    from . import ops
-
-    path = database_path(url)
-    connection = open_connection(path)
-    try:
-        connection.execute("PRAGMA journal_mode = WAL").fetchall()
-        backend = get_backend(f"sqlite:///{path}")
-        try:
-            with backend.lock(timeout=BUSY_TIMEOUT_SECONDS * 6):
-                backend.apply_migrations(backend.to_apply(read_migrations(str(migrations_dir("sqlite")))))
-        finally:
-            backend.connection.close()
-        checks = shape(ops.verify_schema(), verify_schema(connection))
-    except (sqlite3.Error, LockTimeout) as exc:
-        raise PersistenceFailed() from exc
-    finally:
-        connection.close()
-    failed = [c.check_name for c in checks if not c.ok]
-    if failed:
-        raise config_error("QF901", "the schema fails verify_schema checks: " + ", ".join(failed))
-    return checks
+# Operations SQLite implements in Python rather than in a statement file.
+_IN_PYTHON = {"verify_schema": verify_schema}

@@ -1,20 +1,37 @@
 """PostgreSQL backend: every operation is one call of a ``fenceq.*`` function,
 with bound parameters and explicit casts (so untyped values resolve to the
 one function of that name), in autocommit or inside the caller's transaction.
+
+The async backend also LISTENs (``listen``) and holds the worker fleet's
+exclusive duties with transaction-scoped advisory locks (``exclusive``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator, Sequence
 
 import psycopg
+import psycopg.sql
 from psycopg.rows import dict_row
 
-from .canonical import json_string, utc_text
-from .errors import FenceqError, translate
-from .ops import Op, SubmitRequest
+from ..canonical import json_string, utc_text
+from ..errors import FenceqError, PersistenceFailed, translate
+from ..ops import Op, Shape, SubmitRequest
+from .protocol import Capabilities, Notification
+from .results import answer
+
+# NOTIFY wakes workers, so polling is only the fallback (and catches jobs
+# whose run_at arrives, which send no notification).
+CAPABILITIES = Capabilities(notifications=True, poll_interval=5.0, control_poll=5.0)
+
+# pg_try_advisory_xact_lock keys of the worker fleet's duties (migrations
+# use 4_711_000_001).
+DUTY_LOCKS = {"maintenance": 4_711_000_002}
+
+# Errors that mean the fenceq schema, one of its functions or a table is absent.
+_SCHEMA_MISSING = frozenset({"3F000", "42883", "42P01"})
 
 _CASTS = {"text": "text", "integer": "integer", "bigint": "bigint", "boolean": "boolean",
           "double": "double precision", "interval": "interval", "timestamptz": "timestamptz",
@@ -76,25 +93,13 @@ def statement(op: Op) -> tuple[str, dict[str, Any]]:
     if op.name in _VIEWS:
         return _VIEWS[op.name], params
     call = ", ".join(f"{arg.name} => %({arg.name})s::{_CASTS[arg.kind]}" for arg in op.args)
-    if op.result in ("row", "rows"):
+    if op.shape in (Shape.ROW, Shape.ROWS):
         return f"SELECT * FROM fenceq.{op.name}({call})", params
     return f"SELECT fenceq.{op.name}({call}) AS value", params
 
 
-def shape(op: Op, rows: list[dict[str, Any]]) -> Any:
-    """The method's answer from the rows a call returned."""
-    if op.result == "rows":
-        return op.convert(rows)
-    row = rows[0] if rows else None
-    if op.result == "row":
-        return op.convert(row)
-    if op.result == "void":
-        return None
-    value = row["value"] if row is not None else None
-    return None if value is None else op.convert(value)
-
-
-def _error(exc: psycopg.Error) -> FenceqError:
+def driver_error(exc: psycopg.Error) -> FenceqError:
+    """The package error for a driver error (kept as its ``__cause__``)."""
     diag = exc.diag
     return translate(exc.sqlstate, diag.message_primary, diag.message_detail)
 
@@ -110,6 +115,7 @@ class PostgresBackend:
     connection (inside whatever transaction it has open) or a caller's pool."""
 
     name = "postgres"
+    capabilities = CAPABILITIES
 
     def __init__(self, *, url: str | None = None, connection: Any = None, pool: Any = None):
         self._owned = connection is None and pool is None
@@ -119,7 +125,7 @@ class PostgresBackend:
             try:
                 self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
             except psycopg.Error as exc:
-                raise _error(exc) from exc
+                raise driver_error(exc) from exc
 
     @contextlib.contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
@@ -136,8 +142,8 @@ class PostgresBackend:
                 cursor.execute(sql, params)
                 rows = cursor.fetchall()
         except psycopg.Error as exc:
-            raise _error(exc) from exc
-        return shape(op, rows)
+            raise driver_error(exc) from exc
+        return answer(op, rows)
 
     def close(self) -> None:
         if self._owned and self._connection is not None:
@@ -146,6 +152,7 @@ class PostgresBackend:
 
 class AsyncPostgresBackend:
     name = "postgres"
+    capabilities = CAPABILITIES
 
     def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False):
         self._owned = owned
@@ -157,7 +164,7 @@ class AsyncPostgresBackend:
         try:
             connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
         except psycopg.Error as exc:
-            raise _error(exc) from exc
+            raise driver_error(exc) from exc
         return cls(connection=connection, owned=True)
 
     @contextlib.asynccontextmanager
@@ -175,9 +182,45 @@ class AsyncPostgresBackend:
                 await cursor.execute(sql, params)
                 rows = await cursor.fetchall()
         except psycopg.Error as exc:
-            raise _error(exc) from exc
-        return shape(op, rows)
+            raise driver_error(exc) from exc
+        return answer(op, rows)
 
     async def close(self) -> None:
         if self._owned and self._connection is not None:
             await self._connection.close()
+
+    @contextlib.asynccontextmanager
+    async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notification]]:
+        async def notifications(conn: psycopg.AsyncConnection) -> AsyncIterator[Notification]:
+            try:
+                async for note in conn.notifies():
+                    yield Notification(note.channel, note.payload)
+            except psycopg.Error as exc:
+                raise driver_error(exc) from exc
+            raise PersistenceFailed()  # the server ended the connection
+
+        try:
+            async with self._conn() as conn:
+                for channel in channels:
+                    await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+                yield notifications(conn)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, duty: str) -> AsyncIterator["AsyncPostgresBackend | None"]:
+        """One transaction under pg_try_advisory_xact_lock: the lock ends
+        with the block, so a worker paused between rounds holds nothing."""
+        try:
+            async with self._conn() as conn, conn.transaction():
+                # A worker paused inside the block would keep the rows it
+                # touched locked (claimers skip them): let the server end it.
+                await conn.execute("SET LOCAL idle_in_transaction_session_timeout = '2s'")
+                cursor = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (DUTY_LOCKS[duty],))
+                row = await cursor.fetchone()
+                yield AsyncPostgresBackend(connection=conn) if row and row[0] else None
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+
+    def schema_missing(self, error: BaseException) -> bool:
+        return getattr(error.__cause__, "sqlstate", None) in _SCHEMA_MISSING

@@ -1,0 +1,2656 @@
+-- fenceq for PostgreSQL, part 1: schema, tables, indexes and the claim type.
+--
+-- Everything lives in the schema "fenceq". Tables start with "_": they are
+-- private, reachable only through the functions (CONTRACT §3, §10).
+-- Identity columns use COLLATE "C" so that comparison is byte-exact and
+-- deterministic whatever the database's default collation is.
+--
+-- This file is idempotent: every object is created only when missing, so the
+-- install script can be applied again safely.
+
+CREATE SCHEMA IF NOT EXISTS fenceq;
+COMMENT ON SCHEMA fenceq IS
+    'fenceq: a fenced, owned work queue. Call the functions; the _tables are private.';
+
+-- Queues: named lanes with their defaults. Jobs reference queues by name with
+-- no foreign key: an FK would share-lock the queue row on every insert
+-- (multixact churn under load, CONTRACT §11).
+CREATE TABLE IF NOT EXISTS fenceq._queues (
+    queue          text COLLATE "C" NOT NULL,
+    lease          interval NOT NULL,
+    max_attempts   integer NOT NULL,
+    backoff_base   interval NOT NULL,
+    backoff_factor double precision NOT NULL,
+    backoff_max    interval NOT NULL,
+    dead_letter    boolean NOT NULL,
+    paused         boolean NOT NULL DEFAULT false,
+    notify         boolean NOT NULL DEFAULT true,
+    created_at     timestamptz NOT NULL,
+    CONSTRAINT _queues_pkey PRIMARY KEY (queue)
+);
+
+-- Jobs: one row per job, carrying its current fence (owner_id, generation,
+-- claim_token). fillfactor leaves room on each page so that heartbeats,
+-- checkpoints and set_pid stay HOT updates: no index covers the columns they
+-- change (lease_expires_at, pid). State changes touch indexed columns
+-- (status, run_at, finished_at) and are ordinary updates.
+CREATE TABLE IF NOT EXISTS fenceq._jobs (
+    seq               bigint GENERATED ALWAYS AS IDENTITY,
+    job_id            text COLLATE "C" NOT NULL,
+    queue             text COLLATE "C" NOT NULL,
+    task              text COLLATE "C" NOT NULL,
+    payload           jsonb,
+    priority          integer NOT NULL,
+    status            text COLLATE "C" NOT NULL DEFAULT 'pending',
+    attempts          integer NOT NULL DEFAULT 0,
+    max_attempts      integer NOT NULL,
+    run_at            timestamptz NOT NULL,
+    expires_at        timestamptz,
+    owner_id          text COLLATE "C",
+    generation        bigint NOT NULL DEFAULT 0,
+    claim_token       text COLLATE "C",
+    lease             interval,
+    lease_expires_at  timestamptz,
+    budget_expires_at timestamptz,
+    cancel_requested  boolean NOT NULL DEFAULT false,
+    pid               integer,
+    result            jsonb,
+    last_error        text,
+    submission_id     text COLLATE "C",
+    fingerprint       text COLLATE "C",
+    active_key        text COLLATE "C",
+    dlq_id            text COLLATE "C",
+    created_at        timestamptz NOT NULL,
+    finished_at       timestamptz,
+    CONSTRAINT _jobs_pkey PRIMARY KEY (job_id),
+    CONSTRAINT _jobs_status_check CHECK (status IN
+        ('pending', 'claimed', 'completed', 'failed', 'cancelled', 'expired')),
+    CONSTRAINT _jobs_attempts_check CHECK (attempts >= 0 AND max_attempts > 0),
+    CONSTRAINT _jobs_generation_check CHECK (generation >= 0)
+) WITH (fillfactor = 80);
+
+-- Claim path: one ordered scan per queue (CONTRACT §11: a single index over
+-- queue = ANY(...) cannot serve ORDER BY, so claims merge per-queue heads).
+CREATE INDEX IF NOT EXISTS _jobs_claim_idx
+    ON fenceq._jobs (queue, priority DESC, run_at, seq)
+    WHERE status = 'pending';
+-- Claimed jobs: reap scans them (few: one per working worker) and
+-- queue_stats counts them without touching terminal history.
+CREATE INDEX IF NOT EXISTS _jobs_claimed_idx
+    ON fenceq._jobs (queue)
+    WHERE status = 'claimed';
+-- At most one active job per (queue, active_key) (CONTRACT §5).
+CREATE UNIQUE INDEX IF NOT EXISTS _jobs_active_key_idx
+    ON fenceq._jobs (queue, active_key)
+    WHERE active_key IS NOT NULL AND status IN ('pending', 'claimed');
+-- reap turns overdue pending jobs into 'expired', oldest first.
+CREATE INDEX IF NOT EXISTS _jobs_expires_idx
+    ON fenceq._jobs (expires_at)
+    WHERE status = 'pending' AND expires_at IS NOT NULL;
+-- purge deletes terminal jobs, oldest first.
+CREATE INDEX IF NOT EXISTS _jobs_finished_idx
+    ON fenceq._jobs (finished_at)
+    WHERE finished_at IS NOT NULL;
+
+-- Submission identities: outlive their jobs (purge) so that a replay keeps
+-- answering with the original job id (CONTRACT §4). job_id is deliberately
+-- not unique here: _jobs' primary key arbitrates job ids, so a race between
+-- two explicit job ids surfaces as QF203, never as a raw unique violation.
+CREATE TABLE IF NOT EXISTS fenceq._submissions (
+    submission_id text COLLATE "C" NOT NULL,
+    fingerprint   text COLLATE "C" NOT NULL,
+    job_id        text COLLATE "C" NOT NULL,
+    queue         text COLLATE "C" NOT NULL,
+    created_at    timestamptz NOT NULL,
+    CONSTRAINT _submissions_pkey PRIMARY KEY (submission_id)
+);
+CREATE INDEX IF NOT EXISTS _submissions_job_idx ON fenceq._submissions (job_id);
+
+-- The claim ledger: every token used in a successful claim, until its job is
+-- purged. Also the source of the fenceq.attempts view.
+CREATE TABLE IF NOT EXISTS fenceq._claims (
+    claim_token text COLLATE "C" NOT NULL,
+    job_id      text COLLATE "C" NOT NULL,
+    generation  bigint NOT NULL,
+    owner_id    text COLLATE "C" NOT NULL,
+    claimed_at  timestamptz NOT NULL,
+    CONSTRAINT _claims_pkey PRIMARY KEY (claim_token)
+);
+CREATE INDEX IF NOT EXISTS _claims_job_idx ON fenceq._claims (job_id, generation);
+
+-- Checkpoints: one recorded value per (job, step), written once.
+CREATE TABLE IF NOT EXISTS fenceq._checkpoints (
+    job_id      text COLLATE "C" NOT NULL,
+    step        text COLLATE "C" NOT NULL,
+    value       jsonb NOT NULL,
+    generation  bigint NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    CONSTRAINT _checkpoints_pkey PRIMARY KEY (job_id, step)
+);
+
+-- Dead letters: written by fail/reap in the same transaction as the failure.
+CREATE TABLE IF NOT EXISTS fenceq._dead_letters (
+    dlq_id       text COLLATE "C" NOT NULL,
+    job_id       text COLLATE "C" NOT NULL,
+    queue        text COLLATE "C" NOT NULL,
+    task         text COLLATE "C" NOT NULL,
+    error        text,
+    attempts     integer NOT NULL,
+    failed_at    timestamptz NOT NULL,
+    replayed_at  timestamptz,
+    discarded_at timestamptz,
+    CONSTRAINT _dead_letters_pkey PRIMARY KEY (dlq_id)
+);
+CREATE INDEX IF NOT EXISTS _dead_letters_job_idx ON fenceq._dead_letters (job_id);
+
+-- What a claim returns. Columns are only ever appended (CONTRACT §3).
+DO $$
+BEGIN
+    IF to_regtype('fenceq.claim') IS NULL THEN
+        CREATE TYPE fenceq.claim AS (
+            job_id            text,
+            queue             text,
+            task              text,
+            payload           jsonb,
+            priority          integer,
+            attempt           integer,
+            max_attempts      integer,
+            owner_id          text,
+            generation        bigint,
+            claim_token       text,
+            lease_expires_at  timestamptz,
+            budget_expires_at timestamptz,
+            cancel_requested  boolean,
+            submission_id     text,
+            checkpoints       jsonb
+        );
+    END IF;
+END
+$$;
+COMMENT ON TYPE fenceq.claim IS
+    'One successful claim: the job and its fence (job_id, owner_id, generation, claim_token).';
+
+-- fenceq for PostgreSQL, part 2: private helpers.
+--
+-- Validation helpers raise QF1xx codes with messages that name the parameter,
+-- never its value (CONTRACT §2). Every function in the schema is SECURITY
+-- DEFINER with a pinned search_path, so nothing on a caller's search_path can
+-- shadow what it uses, and grants can be added without touching bodies.
+
+-- _raise: raise a fenceq error. Inside submit_batch the element index being
+-- processed is kept in the transaction-local setting fenceq.batch_index and
+-- reported in DETAIL (an index, never content).
+CREATE OR REPLACE FUNCTION fenceq._raise(code text, message text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_index text := current_setting('fenceq.batch_index', true);
+BEGIN
+    IF v_index IS NULL OR v_index = '' THEN
+        RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message,
+        DETAIL = 'request index ' || v_index;
+END
+$$;
+COMMENT ON FUNCTION fenceq._raise(text, text) IS
+    'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
+
+-- _check_name: an id or name must be a non-empty string of at most
+-- max_length characters (CONTRACT §2). NULL passes only when nullable.
+CREATE OR REPLACE FUNCTION fenceq._check_name(
+    value text, what text, max_length integer DEFAULT 255,
+    nullable boolean DEFAULT false, code text DEFAULT 'QF102')
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_name.value IS NULL THEN
+        IF NOT _check_name.nullable THEN
+            PERFORM fenceq._raise(_check_name.code, _check_name.what || ' is required');
+        END IF;
+    ELSIF length(_check_name.value) NOT BETWEEN 1 AND _check_name.max_length THEN
+        PERFORM fenceq._raise(_check_name.code, format('%s must be 1 to %s characters',
+            _check_name.what, _check_name.max_length));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_name(text, text, integer, boolean, text) IS
+    'Private. Refuse (QF102 by default) a NULL, empty or over-long id or name.';
+
+-- _check_names: _check_name for every element of an array; the array itself
+-- must be non-NULL, non-empty and hold at most 10,000 elements (QF100).
+CREATE OR REPLACE FUNCTION fenceq._check_names(names text[], what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_names.names IS NULL OR cardinality(_check_names.names) = 0 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' must be a non-empty array');
+    END IF;
+    IF cardinality(_check_names.names) > 10000 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' may hold at most 10000 elements');
+    END IF;
+    IF array_ndims(_check_names.names) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_names.names) AS v(name)
+        WHERE v.name IS NULL OR length(v.name) NOT BETWEEN 1 AND 255)
+    THEN
+        PERFORM fenceq._raise('QF102', _check_names.what || ' must hold strings of 1 to 255 characters');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_names(text[], text) IS
+    'Private. Refuse a NULL, empty or oversized array (QF100) or a bad element (QF102).';
+
+-- _check_fence: the four fence parts must be well formed (QF106). Whether the
+-- fence is live is decided later, under the row lock.
+CREATE OR REPLACE FUNCTION fenceq._check_fence(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_fence.job_id IS NULL OR length(_check_fence.job_id) NOT BETWEEN 1 AND 36
+       OR _check_fence.owner_id IS NULL OR length(_check_fence.owner_id) NOT BETWEEN 1 AND 255
+       OR _check_fence.claim_token IS NULL OR length(_check_fence.claim_token) NOT BETWEEN 1 AND 255
+       OR _check_fence.generation IS NULL OR _check_fence.generation < 1
+    THEN
+        PERFORM fenceq._raise('QF106', 'the fence is malformed');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_fence(text, text, bigint, text) IS
+    'Private. Refuse (QF106) a fence with an empty or over-long part or a generation below 1.';
+
+-- _check_interval: a duration must be positive (or >= 0 when allow_zero),
+-- have no month or day part (so no daylight-saving arithmetic applies), and
+-- be short enough that now + value (or, with backwards, now - value) stays
+-- within years 0001-9999, so no timestamp computed from it can overflow.
+-- A missing required duration is QF100; a bad one QF105.
+CREATE OR REPLACE FUNCTION fenceq._check_interval(
+    value interval, what text, allow_zero boolean DEFAULT false, nullable boolean DEFAULT true,
+    backwards boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_limit interval;
+BEGIN
+    IF _check_interval.value IS NULL THEN
+        IF NOT _check_interval.nullable THEN
+            PERFORM fenceq._raise('QF100', _check_interval.what || ' is required');
+        END IF;
+        RETURN;
+    END IF;
+    IF date_part('year', _check_interval.value) <> 0
+       OR date_part('month', _check_interval.value) <> 0
+       OR date_part('day', _check_interval.value) <> 0 THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' must not have month or day parts');
+    END IF;
+    IF _check_interval.value < interval '0'
+       OR (_check_interval.value = interval '0' AND NOT _check_interval.allow_zero) THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what
+            || CASE WHEN _check_interval.allow_zero THEN ' must not be negative' ELSE ' must be positive' END);
+    END IF;
+    v_limit := CASE WHEN _check_interval.backwards
+                    THEN clock_timestamp() - timestamptz '0001-01-01 00:00:00+00'
+                    ELSE timestamptz '9999-12-31 23:59:59.999999+00' - clock_timestamp() END;
+    IF _check_interval.value > v_limit THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' reaches beyond years 0001-9999');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_interval(interval, text, boolean, boolean, boolean) IS
+    'Private. Refuse (QF105) a negative or zero interval, one with month or day parts, or one reaching past years 0001-9999; QF100 when a required one is missing.';
+
+-- _check_time: timestamps must be finite and within years 0001-9999 UTC.
+CREATE OR REPLACE FUNCTION fenceq._check_time(value timestamptz, what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_time.value IS NOT NULL AND (
+        _check_time.value < timestamptz '0001-01-01 00:00:00+00'
+        OR _check_time.value >= timestamptz '10000-01-01 00:00:00+00') THEN
+        PERFORM fenceq._raise('QF105', _check_time.what || ' must be within years 0001-9999 UTC');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
+    'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
+
+-- _canonical_json: the canonical JSON text of a jsonb value (CONTRACT §4):
+-- keys sorted by code point (COLLATE "C" on UTF-8 bytes), no spaces, strings
+-- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
+CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+-- PL/pgSQL rather than SQL: its statement plans are cached for the session,
+-- where a non-inlined SQL function is planned again on every call.
+-- Scalars are spelled inline; only nested containers recurse.
+BEGIN
+    CASE jsonb_typeof(_canonical_json.value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(to_json(e.key)::text || ':' ||
+                           CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
+                                THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
+                       ',' ORDER BY e.key COLLATE "C")
+                  FROM jsonb_each(_canonical_json.value) AS e), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
+                                       THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
+                       ',' ORDER BY a.ordinality)
+                  FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']';
+        ELSE
+            RETURN coalesce(_canonical_json.value::text, 'null');
+    END CASE;
+END
+$$;
+COMMENT ON FUNCTION fenceq._canonical_json(jsonb) IS
+    'Private. Canonical JSON text (sorted keys by code point, compact separators) used for fingerprints and size limits.';
+
+-- _check_json: finite JSON (jsonb already refuses NaN, Infinity and \u0000)
+-- nested at most 128 containers deep, of at most 1 MiB of UTF-8 in
+-- canonical form. The depth bound keeps _canonical_json (one recursion per
+-- level) far from the stack limit, and the client checks the same bound.
+-- jsonb's own text is never shorter than the canonical form, so it is a
+-- cheap first test of the size.
+CREATE OR REPLACE FUNCTION fenceq._check_json(value jsonb, what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF jsonb_path_exists(_check_json.value,
+                         'strict $.**{128} ? (@.type() == "object" || @.type() == "array")') THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' is nested more than 128 levels deep');
+    END IF;
+    IF _check_json.value IS NOT NULL
+       AND octet_length(_check_json.value::text) > 1048576
+       AND octet_length(fenceq._canonical_json(_check_json.value)) > 1048576 THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' exceeds 1 MiB in canonical form');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
+    'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
+
+-- _utc_text: a timestamp as UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ', or NULL.
+CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+END
+$$;
+COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
+    'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
+
+-- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
+-- parameter as authored (CONTRACT §4). NULLs stay null.
+CREATE OR REPLACE FUNCTION fenceq._fingerprint(
+    queue text, task text, payload jsonb, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN 'fq1:' || encode(sha256(convert_to(
+        '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
+        || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
+        || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
+        || ',"job_id":' || coalesce(to_json(_fingerprint.job_id)::text, 'null')
+        || ',"max_attempts":' || coalesce(_fingerprint.max_attempts::text, 'null')
+        || ',"payload":' || fenceq._canonical_json(_fingerprint.payload)
+        || ',"priority":' || coalesce(_fingerprint.priority::text, 'null')
+        || ',"queue":' || to_json(_fingerprint.queue)::text
+        || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
+        || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
+        || ',"task":' || to_json(_fingerprint.task)::text
+        || ',"v":1}', 'UTF8')), 'hex');
+END
+$$;
+COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+
+-- _backoff: LEAST(base * factor^(attempt-1), max), computed in logarithms
+-- first so that a large attempt count can never overflow.
+CREATE OR REPLACE FUNCTION fenceq._backoff(
+    attempt integer, base interval, factor double precision, max interval)
+RETURNS interval
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_base double precision := extract(epoch FROM _backoff.base);
+    v_max  double precision := extract(epoch FROM _backoff.max);
+    v_exponent integer := greatest(_backoff.attempt - 1, 0);
+BEGIN
+    IF v_base <= 0 THEN
+        RETURN interval '0';
+    END IF;
+    IF ln(v_base) + v_exponent * ln(_backoff.factor) >= ln(v_max) THEN
+        RETURN _backoff.max;
+    END IF;
+    RETURN make_interval(secs => v_base * power(_backoff.factor, v_exponent));
+END
+$$;
+COMMENT ON FUNCTION fenceq._backoff(integer, interval, double precision, interval) IS
+    'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
+
+-- _notify_jobs: a fenceq_jobs hint that work became due in a queue, when the
+-- queue notifies (a notifying commit takes a cluster-wide lock: §11).
+CREATE OR REPLACE FUNCTION fenceq._notify_jobs(queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = _notify_jobs.queue AND q.notify) THEN
+        PERFORM pg_notify('fenceq_jobs', _notify_jobs.queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._notify_jobs(text) IS
+    'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
+
+-- _lock_identities: take transaction-scoped advisory locks on identity keys
+-- (active keys, explicit job ids, submission ids) in one global order (by
+-- hash), so that submits and batches touching the same identities serialise
+-- instead of deadlocking, whatever order their requests come in.
+CREATE OR REPLACE FUNCTION fenceq._lock_identities(keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    FOR v_key IN
+        SELECT DISTINCT hashtextextended(k.key, 0)
+          FROM unnest(_lock_identities.keys) AS k(key)
+         WHERE k.key IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_key);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_identities(text[]) IS
+    'Private. Advisory transaction locks on identity keys, taken in hash order so concurrent submits never deadlock.';
+
+-- _identity_keys: the lock keys of one submission (see _lock_identities).
+CREATE OR REPLACE FUNCTION fenceq._identity_keys(
+    queue text, active_key text, job_id text, submission_id text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
+                 'fenceq.job:' || _identity_keys.job_id,
+                 'fenceq.submission:' || _identity_keys.submission_id];
+END
+$$;
+COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
+    'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
+
+-- fenceq for PostgreSQL, part 3: queues.
+
+-- _check_queue_settings: the §2 rules for queue settings.
+CREATE OR REPLACE FUNCTION fenceq._check_queue_settings(
+    lease interval, max_attempts integer, backoff_base interval,
+    backoff_factor double precision, backoff_max interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    PERFORM fenceq._check_interval(_check_queue_settings.lease, 'lease', nullable => false);
+    PERFORM fenceq._check_interval(_check_queue_settings.backoff_base, 'backoff_base',
+                                   allow_zero => true, nullable => false);
+    PERFORM fenceq._check_interval(_check_queue_settings.backoff_max, 'backoff_max',
+                                   allow_zero => true, nullable => false);
+    IF _check_queue_settings.max_attempts IS NULL OR _check_queue_settings.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    IF _check_queue_settings.backoff_factor IS NULL
+       OR _check_queue_settings.backoff_factor = 'NaN'::double precision
+       OR _check_queue_settings.backoff_factor = 'Infinity'::double precision
+       OR _check_queue_settings.backoff_factor < 1 THEN
+        PERFORM fenceq._raise('QF104', 'backoff_factor must be finite and at least 1');
+    END IF;
+    IF _check_queue_settings.backoff_max < _check_queue_settings.backoff_base THEN
+        PERFORM fenceq._raise('QF105', 'backoff_max must not be less than backoff_base');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_queue_settings(interval, integer, interval, double precision, interval) IS
+    'Private. Refuse queue settings that break the CONTRACT §2 rules (QF104, QF105).';
+
+-- create_queue: declare a queue.
+-- Locking: inserts the queue row; a concurrent identical create waits for it.
+-- Idempotent: true when created; false when it exists with exactly these
+-- settings; QF100 when it exists with other settings (use alter_queue).
+CREATE OR REPLACE FUNCTION fenceq.create_queue(
+    queue text,
+    lease interval DEFAULT '30 seconds',
+    max_attempts integer DEFAULT 5,
+    backoff_base interval DEFAULT '1 second',
+    backoff_factor double precision DEFAULT 2,
+    backoff_max interval DEFAULT '1 hour',
+    dead_letter boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_existing fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(create_queue.queue, 'queue');
+    PERFORM fenceq._check_queue_settings(create_queue.lease, create_queue.max_attempts,
+        create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max);
+    IF create_queue.dead_letter IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'dead_letter is required');
+    END IF;
+    INSERT INTO fenceq._queues AS q (queue, lease, max_attempts, backoff_base, backoff_factor,
+                                     backoff_max, dead_letter, created_at)
+    VALUES (create_queue.queue, create_queue.lease, create_queue.max_attempts,
+            create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max,
+            create_queue.dead_letter, clock_timestamp())
+    ON CONFLICT (queue) DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    SELECT * INTO v_existing FROM fenceq._queues AS q WHERE q.queue = create_queue.queue;
+    IF v_existing.lease = create_queue.lease
+       AND v_existing.max_attempts = create_queue.max_attempts
+       AND v_existing.backoff_base = create_queue.backoff_base
+       AND v_existing.backoff_factor = create_queue.backoff_factor
+       AND v_existing.backoff_max = create_queue.backoff_max
+       AND v_existing.dead_letter = create_queue.dead_letter THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._raise('QF100', 'the queue exists with other settings; use alter_queue');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean) IS
+    'Declare a queue with its defaults. True when created, false when it already exists with exactly these settings; QF100 when it exists with others.';
+
+-- alter_queue: change some settings; NULL leaves a setting unchanged. The
+-- §2 rules apply to the settings as they are after the change.
+-- Locking: the queue row, for the update.
+CREATE OR REPLACE FUNCTION fenceq.alter_queue(
+    queue text,
+    lease interval DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    backoff_base interval DEFAULT NULL,
+    backoff_factor double precision DEFAULT NULL,
+    backoff_max interval DEFAULT NULL,
+    dead_letter boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(alter_queue.queue, 'queue');
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = alter_queue.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_queue.lease := coalesce(alter_queue.lease, v_queue.lease);
+    v_queue.max_attempts := coalesce(alter_queue.max_attempts, v_queue.max_attempts);
+    v_queue.backoff_base := coalesce(alter_queue.backoff_base, v_queue.backoff_base);
+    v_queue.backoff_factor := coalesce(alter_queue.backoff_factor, v_queue.backoff_factor);
+    v_queue.backoff_max := coalesce(alter_queue.backoff_max, v_queue.backoff_max);
+    v_queue.dead_letter := coalesce(alter_queue.dead_letter, v_queue.dead_letter);
+    PERFORM fenceq._check_queue_settings(v_queue.lease, v_queue.max_attempts,
+        v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max);
+    UPDATE fenceq._queues AS q
+       SET lease = v_queue.lease, max_attempts = v_queue.max_attempts,
+           backoff_base = v_queue.backoff_base, backoff_factor = v_queue.backoff_factor,
+           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter
+     WHERE q.queue = alter_queue.queue;
+END
+$$;
+COMMENT ON FUNCTION fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean) IS
+    'Change queue settings (NULL = unchanged); the rules apply to the result. QF101 for an unknown queue.';
+
+-- _set_queue_flag: shared body of pause_queue, resume_queue and
+-- set_queue_notify. True when the flag changed.
+CREATE OR REPLACE FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_old boolean;
+BEGIN
+    PERFORM fenceq._check_name(_set_queue_flag.queue, 'queue');
+    IF _set_queue_flag.value IS NULL THEN
+        PERFORM fenceq._raise('QF100', _set_queue_flag.flag || ' is required');
+    END IF;
+    SELECT CASE _set_queue_flag.flag WHEN 'paused' THEN q.paused ELSE q.notify END
+      INTO v_old
+      FROM fenceq._queues AS q WHERE q.queue = _set_queue_flag.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_old = _set_queue_flag.value THEN
+        RETURN false;
+    END IF;
+    IF _set_queue_flag.flag = 'paused' THEN
+        UPDATE fenceq._queues AS q SET paused = _set_queue_flag.value WHERE q.queue = _set_queue_flag.queue;
+        IF NOT _set_queue_flag.value THEN
+            PERFORM fenceq._notify_jobs(_set_queue_flag.queue);
+        END IF;
+    ELSE
+        UPDATE fenceq._queues AS q SET notify = _set_queue_flag.value WHERE q.queue = _set_queue_flag.queue;
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq._set_queue_flag(text, text, boolean) IS
+    'Private. Set a queue''s paused or notify flag; true when it changed.';
+
+-- pause_queue: stop claims from a queue; it keeps accepting work.
+-- True when the flag changed; QF101 for an unknown queue.
+CREATE OR REPLACE FUNCTION fenceq.pause_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(pause_queue.queue, 'paused', true);
+END
+$$;
+COMMENT ON FUNCTION fenceq.pause_queue(text) IS
+    'Pause claims from a queue (submissions still accepted). True when the flag changed; QF101 for an unknown queue.';
+
+-- resume_queue: allow claims again and notify listeners.
+CREATE OR REPLACE FUNCTION fenceq.resume_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(resume_queue.queue, 'paused', false);
+END
+$$;
+COMMENT ON FUNCTION fenceq.resume_queue(text) IS
+    'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
+
+-- set_queue_notify: whether jobs becoming due send fenceq_jobs notifications.
+CREATE OR REPLACE FUNCTION fenceq.set_queue_notify(queue text, notify boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify);
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_queue_notify(text, boolean) IS
+    'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
+
+-- fenceq for PostgreSQL, part 4: producers (submit, submit_batch).
+-- Like the hot functions of part 5, _submit and submit_batch pin
+-- plan_cache_mode = force_generic_plan and enable_seqscan = off (why: part 5).
+
+-- _submit: the body of submit, shared by submit_batch.
+--
+-- Order of work, and why:
+--  1. validate everything (QF1xx), read the queue (QF101), and lock the
+--     request's identities (active key, explicit job id, submission id) in
+--     hash order, so concurrent submits serialise instead of deadlocking;
+--  2. exact replay of a retained submission identity returns the original
+--     job id; changed content raises QF201 before anything changes;
+--  3. an explicit job id reserved by another job, live or purged: QF203;
+--  4. the submission identity is reserved *before* any predecessor is
+--     touched: a concurrent identical request waits (on the identity's
+--     advisory lock, then on that row), then replays, so retrying an old
+--     force request never cancels a successor;
+--  5. the job is inserted with ON CONFLICT DO NOTHING; on a conflict the
+--     active-key holder is locked, and with force cancelled (its fence dies),
+--     then the insert is tried again. No raw unique violation escapes.
+CREATE OR REPLACE FUNCTION fenceq._submit(
+    queue text, task text, payload jsonb, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_payload jsonb := CASE WHEN jsonb_typeof(_submit.payload) = 'null' THEN NULL ELSE _submit.payload END;
+    v_force boolean := coalesce(_submit.force, false);
+    v_fingerprint text;
+    v_existing fenceq._submissions;
+    v_job_id text;
+    v_now timestamptz;
+    v_run_at timestamptz;
+    v_holder text;
+    v_round integer := 0;
+BEGIN
+    -- Fast path for the usual well-formed call (one expression); otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(length(_submit.queue) BETWEEN 1 AND 255 AND length(_submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
+                    AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(_submit.max_attempts >= 1, true)
+                    AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
+        PERFORM fenceq._check_name(_submit.queue, 'queue');
+        PERFORM fenceq._check_name(_submit.task, 'task');
+        PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
+        PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
+        PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        IF _submit.max_attempts < 1 THEN
+            PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+        END IF;
+        PERFORM fenceq._check_time(_submit.run_at, 'run_at');
+        PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
+    END IF;
+    IF v_payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
+
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    IF coalesce(_submit.submission_id, _submit.job_id, _submit.active_key) IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(_submit.queue, _submit.active_key,
+                                                              _submit.job_id, _submit.submission_id));
+    END IF;
+
+    IF _submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
+            _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force);
+        SELECT * INTO v_existing FROM fenceq._submissions AS s
+         WHERE s.submission_id = _submit.submission_id;
+        IF FOUND THEN
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    IF _submit.job_id IS NOT NULL AND (
+        EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = _submit.job_id)
+        OR EXISTS (SELECT 1 FROM fenceq._submissions AS s WHERE s.job_id = _submit.job_id)) THEN
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    v_job_id := coalesce(_submit.job_id, gen_random_uuid()::text);
+    v_now := clock_timestamp();
+
+    IF _submit.submission_id IS NOT NULL THEN
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        VALUES (_submit.submission_id, v_fingerprint, v_job_id, _submit.queue, v_now)
+        ON CONFLICT (submission_id) DO NOTHING;
+        IF NOT FOUND THEN
+            -- The same identity committed concurrently: replay or conflict.
+            SELECT * INTO v_existing FROM fenceq._submissions AS s
+             WHERE s.submission_id = _submit.submission_id;
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    v_run_at := coalesce(_submit.run_at, v_now);
+    LOOP
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload,
+            coalesce(_submit.priority, 0), coalesce(_submit.max_attempts, v_queue.max_attempts),
+            v_run_at, _submit.expires_at, _submit.submission_id, v_fingerprint,
+            _submit.active_key, v_now)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = v_job_id) THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');
+        END IF;
+        v_round := v_round + 1;
+        IF v_round > 100 THEN
+            PERFORM fenceq._raise('QF202', 'the active key stayed busy');
+        END IF;
+        SELECT j.job_id INTO v_holder FROM fenceq._jobs AS j
+         WHERE j.queue = _submit.queue AND j.active_key = _submit.active_key
+           AND j.status IN ('pending', 'claimed')
+         FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- the holder finished meanwhile: try again
+        IF NOT v_force THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+        UPDATE fenceq._jobs AS j
+           SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = v_holder;
+        PERFORM pg_notify('fenceq_control', v_holder);
+    END LOOP;
+
+    IF v_run_at <= v_now AND v_queue.notify THEN
+        PERFORM pg_notify('fenceq_jobs', _submit.queue);
+    END IF;
+    RETURN v_job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Private. The body of submit, shared with submit_batch.';
+
+-- submit: enqueue one job and return its id.
+-- Locking: advisory transaction locks on its identities (active key,
+-- explicit job id, submission id); inserts; with an active key held by
+-- another active job and force, locks and cancels that predecessor. Idempotent under submission_id: an
+-- exact replay returns the original job id (also after the job finished or
+-- was purged); a changed request raises QF201; a busy active key QF202; a
+-- taken explicit job id QF203.
+CREATE OR REPLACE FUNCTION fenceq.submit(
+    queue text,
+    task text,
+    payload jsonb DEFAULT NULL,
+    submission_id text DEFAULT NULL,
+    job_id text DEFAULT NULL,
+    priority integer DEFAULT NULL,
+    run_at timestamptz DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    active_key text DEFAULT NULL,
+    force boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+        submit.job_id, submit.priority, submit.run_at, submit.expires_at,
+        submit.max_attempts, submit.active_key, submit.force);
+END
+$$;
+COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
+
+-- _json_text / _json_int / _json_time / _json_bool: read one submit_batch
+-- field, refusing a value of the wrong JSON type. JSON null means NULL.
+CREATE OR REPLACE FUNCTION fenceq._json_text(value jsonb, what text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_text.value IS NULL OR jsonb_typeof(_json_text.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text.value) <> 'string' THEN
+        PERFORM fenceq._raise('QF102', _json_text.what || ' must be a string');
+    END IF;
+    RETURN _json_text.value #>> '{}';
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_text(jsonb, text) IS
+    'Private. A JSON string field as text (NULL for null); QF102 for another type.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_int(value jsonb, what text)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_number numeric;
+BEGIN
+    IF _json_int.value IS NULL OR jsonb_typeof(_json_int.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_int.value) <> 'number' THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be an integer');
+    END IF;
+    v_number := (_json_int.value #>> '{}')::numeric;
+    IF v_number <> trunc(v_number) OR v_number NOT BETWEEN -2147483648 AND 2147483647 THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be a 32-bit integer');
+    END IF;
+    RETURN v_number::integer;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_int(jsonb, text) IS
+    'Private. A JSON integer field within 32 bits (NULL for null); QF104 otherwise.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_time(value jsonb, what text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_parts text[];
+    v_year integer;
+    v_month integer;
+    v_result timestamptz;
+BEGIN
+    IF _json_time.value IS NULL OR jsonb_typeof(_json_time.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    -- ISO 8601 with an explicit offset; each field is range-checked before
+    -- the cast so that a bad date is QF105, never a raw 22008.
+    IF jsonb_typeof(_json_time.value) = 'string' THEN
+        v_parts := regexp_match(_json_time.value #>> '{}',
+            '^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?(?:Z|z|[+-](\d{2})(?::?(\d{2}))?)$');
+    END IF;
+    IF v_parts IS NULL THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' must be an ISO 8601 timestamp with an offset');
+    END IF;
+    v_year := v_parts[1]::integer;
+    v_month := v_parts[2]::integer;
+    IF v_year < 1 OR v_month NOT BETWEEN 1 AND 12
+       OR v_parts[3]::integer NOT BETWEEN 1 AND extract(day FROM
+            make_date(v_year, v_month, 1) + interval '1 month' - interval '1 day')
+       OR v_parts[4]::integer > 23 OR v_parts[5]::integer > 59
+       OR coalesce(v_parts[6]::integer, 0) > 59
+       OR coalesce(v_parts[7]::integer, 0) > 15 OR coalesce(v_parts[8]::integer, 0) > 59 THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' is not a valid timestamp');
+    END IF;
+    v_result := (_json_time.value #>> '{}')::timestamptz;
+    PERFORM fenceq._check_time(v_result, _json_time.what);
+    RETURN v_result;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_time(jsonb, text) IS
+    'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_bool(value jsonb, what text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_bool.value IS NULL OR jsonb_typeof(_json_bool.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_bool.value) <> 'boolean' THEN
+        PERFORM fenceq._raise('QF100', _json_bool.what || ' must be a boolean');
+    END IF;
+    RETURN (_json_bool.value #>> '{}')::boolean;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_bool(jsonb, text) IS
+    'Private. A JSON boolean field (NULL for null); QF100 for another type.';
+
+-- submit_batch: many submissions in one call and one transaction, all or
+-- nothing. requests is a JSON array of objects keyed by submit's parameter
+-- names (except queue). Job ids come back in input order. A failure names
+-- the element's index (from 0) in DETAIL, never its content.
+-- Locking: every identity of the batch is locked first, in one global
+-- order; then elements run in input order. Idempotency: as submit. A batch
+-- of plain requests (task and payload only, all valid) is stored by one
+-- INSERT instead, with the same rows as element-by-element.
+CREATE OR REPLACE FUNCTION fenceq.submit_batch(queue text, requests jsonb)
+RETURNS text[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[] := '{}';
+    v_request jsonb;
+    v_index bigint;
+    v_queue fenceq._queues;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(submit_batch.queue, 'queue');
+    IF submit_batch.requests IS NULL OR jsonb_typeof(submit_batch.requests) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', 'requests must be a JSON array');
+    END IF;
+    IF jsonb_array_length(submit_batch.requests) > 10000 THEN
+        PERFORM fenceq._raise('QF100', 'requests may hold at most 10000 elements');
+    END IF;
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = submit_batch.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    -- Fast path: every element is a plain request ({"task": ..., "payload":
+    -- ...} and nothing else) that is valid as it stands. Such requests have
+    -- no identity to lock, replay or conflict on, so one INSERT stores them
+    -- all, in input order, exactly as _submit would one by one.
+    IF (SELECT coalesce(bool_and(coalesce(  -- an unknown (NULL) answer is a no
+                jsonb_typeof(r.value) = 'object'
+                AND (r.value - 'task' - 'payload') = '{}'::jsonb
+                AND jsonb_typeof(r.value -> 'task') = 'string'
+                AND length(r.value ->> 'task') BETWEEN 1 AND 255
+                AND coalesce(octet_length((r.value -> 'payload')::text) <= 1048576, true)
+                AND NOT jsonb_path_exists(r.value -> 'payload',
+                    'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
+          FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        v_now := clock_timestamp();
+        v_ids := ARRAY(SELECT gen_random_uuid()::text
+                         FROM generate_series(1, jsonb_array_length(submit_batch.requests)));
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+                                       run_at, created_at)
+        SELECT v_ids[r.ordinality], submit_batch.queue, r.value ->> 'task',
+               CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL ELSE r.value -> 'payload' END,
+               0, v_queue.max_attempts, v_now, v_now
+          FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
+         ORDER BY r.ordinality;  -- seq follows input order
+        IF cardinality(v_ids) > 0 AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
+        END IF;
+        RETURN v_ids;
+    END IF;
+
+    -- Lock every identity of the batch up front, in the one global order.
+    PERFORM fenceq._lock_identities(ARRAY(
+        SELECT k.key
+          FROM jsonb_array_elements(submit_batch.requests) AS r,
+               unnest(fenceq._identity_keys(submit_batch.queue, r.value ->> 'active_key',
+                                            r.value ->> 'job_id', r.value ->> 'submission_id')) AS k(key)
+         WHERE jsonb_typeof(r.value) = 'object'));
+    FOR v_request, v_index IN
+        SELECT r.value, r.ordinality - 1
+          FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
+    LOOP
+        PERFORM set_config('fenceq.batch_index', v_index::text, true);
+        IF jsonb_typeof(v_request) <> 'object' THEN
+            PERFORM fenceq._raise('QF100', 'each request must be a JSON object');
+        END IF;
+        IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
+                    WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force')) THEN
+            PERFORM fenceq._raise('QF100', 'a request has an unknown key');
+        END IF;
+        v_ids := v_ids || fenceq._submit(
+            submit_batch.queue,
+            fenceq._json_text(v_request -> 'task', 'task'),
+            v_request -> 'payload',
+            fenceq._json_text(v_request -> 'submission_id', 'submission_id'),
+            fenceq._json_text(v_request -> 'job_id', 'job_id'),
+            fenceq._json_int(v_request -> 'priority', 'priority'),
+            fenceq._json_time(v_request -> 'run_at', 'run_at'),
+            fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
+            fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
+            fenceq._json_text(v_request -> 'active_key', 'active_key'),
+            fenceq._json_bool(v_request -> 'force', 'force'));
+    END LOOP;
+    PERFORM set_config('fenceq.batch_index', '', true);
+    RETURN v_ids;
+END
+$$;
+COMMENT ON FUNCTION fenceq.submit_batch(text, jsonb) IS
+    'Submit a JSON array of requests (keys: submit''s parameters but queue) all or nothing; returns job ids in input order. Errors carry the element index in DETAIL.';
+
+-- fenceq for PostgreSQL, part 5: workers (claims and fenced writes).
+--
+-- Hot functions pin plan_cache_mode = force_generic_plan: their statements
+-- are simple index lookups and scans whose generic plans are the right ones,
+-- and planning them afresh on every call would cost more than running them.
+-- Every keyed function also pins enable_seqscan = off. A session keeps its
+-- cached plan until the table's statistics change; planned while a table
+-- was empty (a fresh install, after a purge), a lookup would stay a
+-- sequential scan of the whole table as it grows, until autovacuum next
+-- analyzes it. No statement here wants a sequential scan at any size that
+-- matters, so the planner is told not to choose one.
+--
+-- A fenced write locks the job row by primary key, then reads
+-- clock_timestamp(): the lease is judged on a reading taken after the lock is
+-- held, so a lock wait past expiry can never authorise a write (CONTRACT §1).
+-- _lock_live does exactly that for every fenced write below.
+
+-- _is_live: whether a locked job row is the live claim of this fence at now.
+CREATE OR REPLACE FUNCTION fenceq._is_live(
+    job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce((_is_live.job).status = 'claimed'
+        AND (_is_live.job).owner_id = _is_live.owner_id
+        AND (_is_live.job).generation = _is_live.generation
+        AND (_is_live.job).claim_token = _is_live.claim_token
+        AND (_is_live.job).lease_expires_at > _is_live.now, false);
+END
+$$;
+COMMENT ON FUNCTION fenceq._is_live(fenceq._jobs, text, bigint, text, timestamptz) IS
+    'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+
+-- _lock_live: the fenced-write preamble. Refuses a malformed fence (QF106),
+-- locks the job row by primary key, then reads clock_timestamp() and judges
+-- the claim. Returns the locked row when this fence is the live claim, else
+-- a row of NULLs. The lock is held until the caller's transaction ends.
+CREATE OR REPLACE FUNCTION fenceq._lock_live(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS fenceq._jobs
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
+                                _lock_live.generation, _lock_live.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
+    -- _is_live, spelled out: this runs on every fenced write.
+    IF v_job.status = 'claimed' AND v_job.owner_id = _lock_live.owner_id
+       AND v_job.generation = _lock_live.generation AND v_job.claim_token = _lock_live.claim_token
+       AND v_job.lease_expires_at > clock_timestamp() THEN
+        RETURN v_job;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_live(text, text, bigint, text) IS
+    'Private. Lock a job row, then judge the fence on a clock read after the lock: the row when live, else NULLs.';
+
+-- _checkpoints_of: the recorded checkpoints of a job as a jsonb object.
+CREATE OR REPLACE FUNCTION fenceq._checkpoints_of(job_id text)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce((SELECT jsonb_object_agg(c.step, c.value)
+                       FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id), '{}'::jsonb);
+END
+$$;
+COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
+    'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
+
+-- _claim: the body of claim_next and claim_batch: claim up to one job per
+-- token, across queues, in priority / run_at / submission order.
+-- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
+-- without locks), so concurrent claimers never wait on each other and never
+-- get the same job. One queue: one ordered scan of its claim index. Several:
+-- the head rows of each queue's scan are locked and merged; the heads not
+-- claimed stay locked until the caller's transaction ends (in autocommit, at
+-- once). Then one statement claims every picked job and records its token.
+CREATE OR REPLACE FUNCTION fenceq._claim(
+    queues text[], owner_id text, claim_tokens text[], lease interval, budget interval)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(_claim.claim_tokens);
+    v_queue fenceq._queues;
+    v_active text[];
+    v_known integer;
+    v_now timestamptz;
+    v_picked text[];
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_exhausted boolean;
+BEGIN
+    -- Fast paths for the usual well-formed calls: one query-free expression
+    -- for a single claim, one expression for a batch numbered from 1.
+    -- Otherwise the checks run one by one and name what is wrong.
+    IF NOT coalesce(cardinality(_claim.queues) = 1 AND length(_claim.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(_claim.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(_claim.owner_id) BETWEEN 1 AND 255
+                    AND _claim.lease IS NULL AND _claim.budget IS NULL, false) THEN
+        IF NOT coalesce(array_ndims(_claim.queues) = 1 AND array_lower(_claim.queues, 1) = 1
+                        AND cardinality(_claim.queues) <= 10000
+                        AND array_ndims(_claim.claim_tokens) = 1 AND array_lower(_claim.claim_tokens, 1) = 1
+                        AND v_count <= 10000 AND length(_claim.owner_id) BETWEEN 1 AND 255
+                        AND _claim.lease IS NULL AND _claim.budget IS NULL
+                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(_claim.queues) AS n(name))
+                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
+                               FROM unnest(_claim.claim_tokens) AS t(token)), false) THEN
+            PERFORM fenceq._check_names(_claim.queues, 'queues');
+            PERFORM fenceq._check_name(_claim.owner_id, 'owner_id');
+            PERFORM fenceq._check_names(_claim.claim_tokens, 'claim_tokens');
+            PERFORM fenceq._check_interval(_claim.lease, 'lease');
+            PERFORM fenceq._check_interval(_claim.budget, 'budget');
+            -- Below, element i is [i]: renumber arrays sent with other bounds.
+            _claim.queues := ARRAY(SELECT unnest(_claim.queues));
+            _claim.claim_tokens := ARRAY(SELECT unnest(_claim.claim_tokens));
+        END IF;
+    END IF;
+
+    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(_claim.claim_tokens) AS t(token)) <> v_count THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+
+    v_now := clock_timestamp();
+    IF cardinality(_claim.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _claim.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF NOT v_queue.paused THEN
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO v_picked, v_exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT v_count
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
+        END IF;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
+          INTO v_active, v_known
+          FROM fenceq._queues AS q WHERE q.queue = ANY (_claim.queues);
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_claim.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_active IS NOT NULL THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                     ORDER BY c.priority DESC, c.run_at, c.seq
+                     LIMIT $2) AS c
+            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
+        END IF;
+    END IF;
+
+    -- A used token is refused even when there is nothing to claim. Tokens
+    -- spent on picked jobs are checked by the ledger insert below (its
+    -- conflict rolls the claim back); only the rest are looked up here.
+    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
+        SELECT 1 FROM fenceq._claims AS c
+         WHERE c.claim_token = ANY (_claim.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    -- A picked job already at the largest generation cannot be claimed again.
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    v_now := clock_timestamp();  -- read after the picked rows are locked
+
+    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
+    -- trigger or coercion that changes it rolls the whole claim back (QF302).
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal, _claim.claim_tokens[p.ordinal] AS token
+          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = _claim.owner_id,
+               claim_token = p.token,
+               lease = coalesce(_claim.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(_claim.lease, q.lease), v_now + _claim.budget),
+               budget_expires_at = v_now + _claim.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT c.sent_token, c.job_id, c.generation, _claim.owner_id, v_now FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT count(*) FROM recorded),
+           bool_or(c.owner_id IS DISTINCT FROM _claim.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+      INTO v_claims, v_recorded, v_changed
+      FROM claimed AS c;
+    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded <> cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
+END
+$$;
+COMMENT ON FUNCTION fenceq._claim(text[], text, text[], interval, interval) IS
+    'Private. The body of claim_next and claim_batch.';
+
+-- claim_next: claim the next eligible job across queues.
+-- Locking: SKIP LOCKED on job rows only; callers never block each other.
+-- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
+-- used one); after an uncertain answer call recover_claim with the same token.
+-- Zero rows: nothing eligible (or every named queue is paused).
+CREATE OR REPLACE FUNCTION fenceq.claim_next(
+    queues text[], owner_id text, claim_token text,
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM fenceq._claim(claim_next.queues, claim_next.owner_id,
+        ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
+    'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
+
+-- claim_batch: claim up to one job per token (tokens used in array order).
+-- A repeated or already used token raises QF301 before anything is claimed.
+CREATE OR REPLACE FUNCTION fenceq.claim_batch(
+    queues text[], owner_id text, claim_tokens text[],
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM fenceq._claim(claim_batch.queues, claim_batch.owner_id,
+        claim_batch.claim_tokens, claim_batch.lease, claim_batch.budget);
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS
+    'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
+
+-- recover_claim: the live claim this exact owner made with this nonce, or no
+-- row. Read-only: it neither claims again nor renews.
+CREATE OR REPLACE FUNCTION fenceq.recover_claim(owner_id text, claim_token text)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_name(recover_claim.owner_id, 'owner_id');
+    PERFORM fenceq._check_name(recover_claim.claim_token, 'claim_token');
+    SELECT j.* INTO v_job
+      FROM fenceq._claims AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id
+     WHERE c.claim_token = recover_claim.claim_token;
+    IF fenceq._is_live(v_job, recover_claim.owner_id, v_job.generation,
+                       recover_claim.claim_token, clock_timestamp()) THEN
+        RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority,
+            v_job.attempts, v_job.max_attempts, v_job.owner_id, v_job.generation,
+            v_job.claim_token, v_job.lease_expires_at, v_job.budget_expires_at,
+            v_job.cancel_requested, v_job.submission_id,
+            fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
+    'The live claim made by this exact owner and claim token, or no row. Does not claim again and does not renew the lease.';
+
+-- heartbeat: renew a live claim to LEAST(now + lease, budget_expires_at).
+-- True while the claim is live (also when the budget clamps the renewal);
+-- false once the lease or budget ran out or the fence is stale.
+CREATE OR REPLACE FUNCTION fenceq.heartbeat(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    IF heartbeat.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
+    v_job := fenceq._lock_live(heartbeat.job_id, heartbeat.owner_id,
+                               heartbeat.generation, heartbeat.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+     WHERE j.job_id = heartbeat.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat(text, text, bigint, text, interval) IS
+    'Renew a live claim to LEAST(now + lease, budget). True while live; false when stale, expired or past its budget.';
+
+-- _check_batch: the fence arrays of a batch call must have equal lengths
+-- (QF100), at most 10,000 elements, and well-formed fences (QF106).
+CREATE OR REPLACE FUNCTION fenceq._check_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_count integer := coalesce(cardinality(_check_batch.job_ids), -1);
+BEGIN
+    IF v_count < 0 OR v_count > 10000
+       OR coalesce(cardinality(_check_batch.owner_ids), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.generations), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.claim_tokens), -1) <> v_count THEN
+        PERFORM fenceq._raise('QF100', 'fence arrays must be non-NULL, of equal length, with at most 10000 elements');
+    END IF;
+    IF v_count > 0 AND (array_ndims(_check_batch.job_ids) <> 1 OR array_ndims(_check_batch.owner_ids) <> 1
+        OR array_ndims(_check_batch.generations) <> 1 OR array_ndims(_check_batch.claim_tokens) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_batch.job_ids, _check_batch.owner_ids,
+                             _check_batch.generations, _check_batch.claim_tokens) AS f(j, o, g, t)
+         WHERE f.j IS NULL OR length(f.j) NOT BETWEEN 1 AND 36
+            OR f.o IS NULL OR length(f.o) NOT BETWEEN 1 AND 255
+            OR f.t IS NULL OR length(f.t) NOT BETWEEN 1 AND 255
+            OR f.g IS NULL OR f.g < 1)) THEN
+        PERFORM fenceq._raise('QF106', 'a fence is malformed');
+    END IF;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_batch(text[], text[], bigint[], text[]) IS
+    'Private. Validate the fence arrays of a batch call; returns their length.';
+
+-- heartbeat_batch: heartbeat for many fences in one transaction. Element i
+-- answers as heartbeat would for fence i. Rows are locked in job id order,
+-- so two batches never deadlock.
+CREATE OR REPLACE FUNCTION fenceq.heartbeat_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    lease interval DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+BEGIN
+    v_count := fenceq._check_batch(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                                   heartbeat_batch.generations, heartbeat_batch.claim_tokens);
+    IF heartbeat_batch.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (heartbeat_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- A heartbeat changes no fence, so every element naming the live fence
+    -- answers true, as it would one call at a time.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                      heartbeat_batch.generations, heartbeat_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    live AS (
+        SELECT f.i, f.j FROM fences AS f JOIN fenceq._jobs AS j
+            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
+    renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
+        UPDATE fenceq._jobs AS j
+           SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
+         WHERE j.job_id IN (SELECT l.j FROM live AS l))
+    SELECT array_agg(EXISTS (SELECT 1 FROM live AS l WHERE l.i = f.i) ORDER BY f.i)
+      INTO v_answers
+      FROM fences AS f;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], interval) IS
+    'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+-- complete: record success for a live, not cancel-requested claim.
+-- True once; false for a stale, expired, terminal or cancel-requested fence.
+CREATE OR REPLACE FUNCTION fenceq.complete(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    IF complete.result IS NOT NULL THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
+    v_job := fenceq._lock_live(complete.job_id, complete.owner_id,
+                               complete.generation, complete.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'completed', result = complete.result, finished_at = v_now
+     WHERE j.job_id = complete.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete(text, text, bigint, text, jsonb) IS
+    'Complete a live claim with an optional JSON result. True once; false when stale, expired, terminal or cancel-requested.';
+
+-- complete_batch: complete many fences in one transaction, rows locked in job
+-- id order. Element i answers as complete would for fence i.
+CREATE OR REPLACE FUNCTION fenceq.complete_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    results jsonb[] DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+BEGIN
+    v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
+        complete_batch.generations, complete_batch.claim_tokens);
+    IF complete_batch.results IS NOT NULL AND (cardinality(complete_batch.results) <> v_count
+        OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
+        PERFORM fenceq._raise('QF100', 'results must have one element per fence');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF complete_batch.results IS NOT NULL THEN
+        PERFORM fenceq._check_json(r.value, 'result') FROM unnest(complete_batch.results) AS r(value)
+         WHERE r.value IS NOT NULL;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (complete_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- One call at a time, the first element naming a job's live fence would
+    -- complete it and every later one would find it completed: so exactly
+    -- the first live element per job wins.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                      complete_batch.generations, complete_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    winners AS (
+        SELECT DISTINCT ON (f.j) f.j, f.i
+          FROM fences AS f JOIN fenceq._jobs AS j
+            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+           AND NOT j.cancel_requested
+         ORDER BY f.j, f.i),
+    completed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'completed', finished_at = v_now,
+               result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
+          FROM winners AS w
+         WHERE j.job_id = w.j
+        RETURNING w.i)
+    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i)
+      INTO v_answers
+      FROM fences AS f;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete_batch(text[], text[], bigint[], text[], jsonb[]) IS
+    'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
+
+-- _dead_letter: write a dead letter for a job that just failed for good,
+-- in the caller's transaction; returns its id.
+CREATE OR REPLACE FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_dlq_id text := replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    INSERT INTO fenceq._dead_letters (dlq_id, job_id, queue, task, error, attempts, failed_at)
+    VALUES (v_dlq_id, (_dead_letter.job).job_id, (_dead_letter.job).queue, (_dead_letter.job).task,
+            _dead_letter.error, (_dead_letter.job).attempts, _dead_letter.now);
+    RETURN v_dlq_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq._dead_letter(fenceq._jobs, text, timestamptz) IS
+    'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
+
+-- _retry_or_fail: the outcome of a failed attempt (fail, and reap of an
+-- expired lease): back to pending with backoff while attempts remain and
+-- retry is asked, else 'failed' with a dead letter when the queue keeps them.
+-- The caller holds the row lock. Returns the new status.
+CREATE OR REPLACE FUNCTION fenceq._retry_or_fail(
+    job fenceq._jobs, error text, retry boolean, retry_at timestamptz, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_error text := left(_retry_or_fail.error, 65536);
+    v_run_at timestamptz;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
+    IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
+        v_run_at := coalesce(_retry_or_fail.retry_at, least(_retry_or_fail.now + fenceq._backoff(
+            (_retry_or_fail.job).attempts, v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max),
+            timestamptz '9999-12-31 23:59:59.999999+00'));
+        UPDATE fenceq._jobs AS j
+           SET status = 'pending', run_at = v_run_at, last_error = v_error,
+               owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+               budget_expires_at = NULL, pid = NULL
+         WHERE j.job_id = (_retry_or_fail.job).job_id;
+        IF v_run_at <= _retry_or_fail.now AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', v_queue.queue);
+        END IF;
+        RETURN 'pending';
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'failed', last_error = v_error, finished_at = _retry_or_fail.now,
+           dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
+                         THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
+     WHERE j.job_id = (_retry_or_fail.job).job_id;
+    RETURN 'failed';
+END
+$$;
+COMMENT ON FUNCTION fenceq._retry_or_fail(fenceq._jobs, text, boolean, timestamptz, timestamptz) IS
+    'Private. Requeue a failed attempt with backoff, or fail it for good (with a dead letter when the queue keeps them).';
+
+-- fail: record a failed attempt of a live, not cancel-requested claim.
+-- With retry and attempts left: pending at retry_at or now + backoff;
+-- otherwise failed, with the dead letter written in the same transaction.
+-- True once; false for a stale, expired, terminal or cancel-requested fence.
+CREATE OR REPLACE FUNCTION fenceq.fail(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    error text, retry boolean DEFAULT true, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    IF fail.error IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'error is required');
+    END IF;
+    IF fail.retry IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'retry is required');
+    END IF;
+    PERFORM fenceq._check_time(fail.retry_at, 'retry_at');
+    v_job := fenceq._lock_live(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._retry_or_fail(v_job, fail.error, fail.retry, fail.retry_at, v_now);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.fail(text, text, bigint, text, text, boolean, timestamptz) IS
+    'Fail a live claim: retried with backoff (or at retry_at) while attempts remain, else failed with a dead letter. True once; false when stale, expired, terminal or cancel-requested.';
+
+-- release: hand a live claim back to pending without spending an attempt
+-- (graceful shutdown, snooze). False for a cancel-requested claim.
+CREATE OR REPLACE FUNCTION fenceq.release(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    run_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_run_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_time(release.run_at, 'run_at');
+    v_job := fenceq._lock_live(release.job_id, release.owner_id,
+                               release.generation, release.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    v_run_at := coalesce(release.run_at, v_now);
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL
+     WHERE j.job_id = release.job_id;
+    IF v_run_at <= v_now THEN
+        PERFORM fenceq._notify_jobs(v_job.queue);
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.release(text, text, bigint, text, timestamptz) IS
+    'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+-- checkpoint: record a step's value once per job under a live fence, and
+-- renew the lease as heartbeat would. Returns what is recorded: the earlier
+-- value when the step was already recorded (by this or an earlier claim).
+-- Without a live fence it records nothing and returns SQL NULL.
+CREATE OR REPLACE FUNCTION fenceq.checkpoint(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    step text, value jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_recorded jsonb;
+BEGIN
+    PERFORM fenceq._check_name(checkpoint.step, 'step');
+    IF checkpoint.value IS NULL OR jsonb_typeof(checkpoint.value) = 'null' THEN
+        PERFORM fenceq._raise('QF103', 'a checkpoint value may not be null');
+    END IF;
+    PERFORM fenceq._check_json(checkpoint.value, 'value');
+    v_job := fenceq._lock_live(checkpoint.job_id, checkpoint.owner_id,
+                               checkpoint.generation, checkpoint.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.value INTO v_recorded FROM fenceq._checkpoints AS c
+     WHERE c.job_id = checkpoint.job_id AND c.step = checkpoint.step;
+    IF v_recorded IS NULL THEN
+        IF (SELECT count(*) FROM fenceq._checkpoints AS c WHERE c.job_id = checkpoint.job_id) >= 10000 THEN
+            PERFORM fenceq._raise('QF100', 'a job may hold at most 10000 checkpoints');
+        END IF;
+        -- The row lock on the job serialises writers of its checkpoints.
+        INSERT INTO fenceq._checkpoints AS c (job_id, step, value, generation, recorded_at)
+        VALUES (checkpoint.job_id, checkpoint.step, checkpoint.value, checkpoint.generation, v_now);
+        v_recorded := checkpoint.value;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + j.lease, j.budget_expires_at)
+     WHERE j.job_id = checkpoint.job_id;
+    RETURN v_recorded;
+END
+$$;
+COMMENT ON FUNCTION fenceq.checkpoint(text, text, bigint, text, text, jsonb) IS
+    'Record a step value once per job under a live fence and renew the lease; returns the recorded value (the earlier one if already recorded), or NULL without a live fence.';
+
+-- set_pid: record the OS process id working a live, not cancel-requested claim.
+CREATE OR REPLACE FUNCTION fenceq.set_pid(
+    job_id text, owner_id text, generation bigint, claim_token text, pid integer)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    IF set_pid.pid IS NULL OR set_pid.pid < 1 THEN
+        PERFORM fenceq._raise('QF104', 'pid must be a positive integer');
+    END IF;
+    v_job := fenceq._lock_live(set_pid.job_id, set_pid.owner_id,
+                               set_pid.generation, set_pid.claim_token);
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j SET pid = set_pid.pid WHERE j.job_id = set_pid.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_pid(text, text, bigint, text, integer) IS
+    'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
+
+-- claim_state: (cancel_requested, pid) of a live claim; no row when the
+-- fence is not the live owner. A snapshot read without locks: not authority.
+CREATE OR REPLACE FUNCTION fenceq.claim_state(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS TABLE(cancel_requested boolean, pid integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(claim_state.job_id, claim_state.owner_id, claim_state.generation, claim_state.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = claim_state.job_id;
+    IF fenceq._is_live(v_job, claim_state.owner_id, claim_state.generation, claim_state.claim_token, clock_timestamp()) THEN
+        RETURN QUERY SELECT v_job.cancel_requested, v_job.pid;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_state(text, text, bigint, text) IS
+    'Snapshot (cancel_requested, pid) of a live claim; no row when the fence is not the live owner.';
+
+-- acknowledge_cancel: the worker confirms a requested cancellation: the job
+-- becomes cancelled, its lease and pid are cleared and its active key freed.
+-- Needs the live fence and a pending cancel request.
+CREATE OR REPLACE FUNCTION fenceq.acknowledge_cancel(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    v_job := fenceq._lock_live(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
+                               acknowledge_cancel.generation, acknowledge_cancel.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR NOT v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
+     WHERE j.job_id = acknowledge_cancel.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.acknowledge_cancel(text, text, bigint, text) IS
+    'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
+
+-- reap: settle expired claims and overdue pending jobs, oldest first, at most
+-- max_rows in all. Expired claims: cancel-requested -> cancelled; attempts
+-- left -> pending (error 'lease_expired', with backoff); none left -> failed
+-- (+ dead letter). Overdue pending jobs -> expired.
+-- Locking: FOR UPDATE SKIP LOCKED, and each row re-judged on a clock read
+-- after its lock, so reapers running anywhere never count a row twice.
+CREATE OR REPLACE FUNCTION fenceq.reap(max_rows integer DEFAULT 1000)
+RETURNS TABLE(requeued integer, failed integer, cancelled integer, expired integer)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_left integer := reap.max_rows;
+    v_cutoff timestamptz;
+BEGIN
+    IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    requeued := 0; failed := 0; cancelled := 0; expired := 0;
+    -- A variable, not clock_timestamp() inline: a volatile call cannot be an
+    -- index condition. Each row is re-judged on a fresh reading after its lock.
+    v_cutoff := clock_timestamp();
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.status = 'claimed' AND j.lease_expires_at <= v_cutoff
+         ORDER BY j.lease_expires_at
+         LIMIT v_left
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
+        v_left := v_left - 1;
+        IF v_job.cancel_requested THEN
+            UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
+             WHERE j.job_id = v_job.job_id;
+            cancelled := cancelled + 1;
+        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
+            requeued := requeued + 1;
+        ELSE
+            failed := failed + 1;
+        END IF;
+    END LOOP;
+    IF v_left > 0 THEN
+        v_cutoff := clock_timestamp();
+        WITH overdue AS (
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
+             ORDER BY j.expires_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED)
+        UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+          FROM overdue WHERE j.job_id = overdue.job_id;
+        GET DIAGNOSTICS expired = ROW_COUNT;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq.reap(integer) IS
+    'Settle expired claims (cancelled, requeued with backoff, or failed + dead letter) and expire overdue pending jobs; at most max_rows, oldest first. Always one row of counts.';
+
+-- fenceq for PostgreSQL, part 6: operators (cancel, views, purge, dead letters).
+
+-- cancel: cancel a job. Pending -> 'cancelled'. Claimed -> 'cancel_requested'
+-- (the worker acknowledges), or 'cancelled' at once with force, which kills
+-- the fence. A terminal job answers with its unchanged status; an unknown job
+-- with NULL. Sends pg_notify('fenceq_control', job_id) for an active job.
+-- Locking: the job row.
+CREATE OR REPLACE FUNCTION fenceq.cancel(job_id text, force boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_answer text;
+BEGIN
+    PERFORM fenceq._check_name(cancel.job_id, 'job_id', max_length => 36);
+    IF cancel.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'force is required');
+    END IF;
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = cancel.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = cancel.job_id;
+        v_answer := 'cancelled';
+    ELSIF v_job.status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
+        v_answer := 'cancel_requested';
+    ELSE
+        RETURN v_job.status;
+    END IF;
+    PERFORM pg_notify('fenceq_control', cancel.job_id);
+    RETURN v_answer;
+END
+$$;
+COMMENT ON FUNCTION fenceq.cancel(text, boolean) IS
+    'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+-- Views: read-only windows on the private tables. No view shows a claim
+-- token. Columns are only ever appended (CONTRACT §3).
+CREATE OR REPLACE VIEW fenceq.jobs AS
+SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
+       j.max_attempts, j.run_at, j.expires_at, j.owner_id, j.generation,
+       j.lease_expires_at, j.budget_expires_at, j.cancel_requested, j.pid, j.result,
+       j.last_error, j.submission_id, j.fingerprint, j.active_key, j.dlq_id,
+       j.created_at, j.finished_at
+  FROM fenceq._jobs AS j;
+COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
+
+CREATE OR REPLACE VIEW fenceq.attempts AS
+SELECT c.job_id, c.generation, c.owner_id, c.claimed_at
+  FROM fenceq._claims AS c;
+COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
+
+-- queue_stats reads pending and claimed jobs through their partial indexes,
+-- never the terminal history.
+CREATE OR REPLACE VIEW fenceq.queue_stats AS
+SELECT q.queue,
+       coalesce(p.pending, 0) AS pending,
+       coalesce(p.due, 0) AS due,
+       coalesce(c.claimed, 0) AS claimed,
+       coalesce(c.cancel_requested, 0) AS cancel_requested,
+       clock_timestamp() - p.oldest_due AS oldest_due_age,
+       q.paused,
+       q.notify
+  FROM fenceq._queues AS q
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS pending,
+               count(*) FILTER (WHERE j.run_at <= clock_timestamp()) AS due,
+               min(j.run_at) FILTER (WHERE j.run_at <= clock_timestamp()) AS oldest_due
+          FROM fenceq._jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'pending') AS p ON true
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS claimed,
+               count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
+          FROM fenceq._jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'claimed') AS c ON true;
+COMMENT ON VIEW fenceq.queue_stats IS
+    'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, and the paused and notify flags.';
+
+CREATE OR REPLACE VIEW fenceq.dead_letters AS
+SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts, d.failed_at,
+       d.replayed_at, d.discarded_at
+  FROM fenceq._dead_letters AS d;
+COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed.';
+
+-- get_job: one job from fenceq.jobs, or no row.
+CREATE OR REPLACE FUNCTION fenceq.get_job(job_id text)
+RETURNS SETOF fenceq.jobs
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(get_job.job_id, 'job_id', max_length => 36);
+    RETURN QUERY SELECT * FROM fenceq.jobs AS j WHERE j.job_id = get_job.job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.get_job(text) IS 'One job as fenceq.jobs shows it, or no row.';
+
+-- purge: delete terminal jobs finished before now - older_than, oldest first,
+-- at most max_rows, with their checkpoints and claim ledger rows (their
+-- tokens are forgotten). Jobs with a dead letter that is neither replayed nor
+-- discarded are kept; handled dead letters stay listed. Submission
+-- identities outlive the purge unless submissions_older_than is given: then
+-- up to max_rows identities older than that whose jobs are gone are
+-- forgotten too, and replaying such a request creates a new job.
+-- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
+CREATE OR REPLACE FUNCTION fenceq.purge(
+    older_than interval, max_rows integer DEFAULT 10000,
+    submissions_older_than interval DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[];
+    v_cutoff timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
+                                   nullable => false, backwards => true);
+    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than',
+                                   allow_zero => true, backwards => true);
+    IF purge.max_rows IS NULL OR purge.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp() - purge.older_than;
+    SELECT coalesce(array_agg(t.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.finished_at < v_cutoff
+           AND j.status IN ('completed', 'failed', 'cancelled', 'expired')
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dead_letters AS d
+                            WHERE d.job_id = j.job_id
+                              AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
+         ORDER BY j.finished_at
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED) AS t;
+    DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    IF purge.submissions_older_than IS NOT NULL THEN
+        v_cutoff := clock_timestamp() - purge.submissions_older_than;
+        DELETE FROM fenceq._submissions AS s
+         WHERE s.submission_id IN (
+            SELECT o.submission_id FROM fenceq._submissions AS o
+             WHERE o.created_at < v_cutoff
+               AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = o.job_id)
+             LIMIT purge.max_rows);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$$;
+COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
+    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints and ledger rows, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+
+-- replay_dead_letter: put a dead-lettered job back to pending with a fresh
+-- attempt budget; its submission identity and generation history are kept.
+-- Returns the job id; NULL for an unknown or already handled dead letter;
+-- QF202 when another active job now holds the job's active key.
+CREATE OR REPLACE FUNCTION fenceq.replay_dead_letter(dlq_id text)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_letter fenceq._dead_letters;
+    v_active_key text;
+    v_now timestamptz;
+BEGIN
+    IF replay_dead_letter.dlq_id IS NULL OR replay_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    SELECT * INTO v_letter FROM fenceq._dead_letters AS d
+     WHERE d.dlq_id = replay_dead_letter.dlq_id FOR UPDATE;
+    IF NOT FOUND OR v_letter.replayed_at IS NOT NULL OR v_letter.discarded_at IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The replayed job becomes active again: its active key must be free.
+    SELECT j.active_key INTO v_active_key FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id;
+    IF v_active_key IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(v_letter.queue, v_active_key, NULL, NULL));
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                    WHERE j.queue = v_letter.queue AND j.active_key = v_active_key
+                      AND j.status IN ('pending', 'claimed')) THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = 0, run_at = v_now, finished_at = NULL,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL
+     WHERE j.job_id = v_letter.job_id AND j.status = 'failed';
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET replayed_at = v_now WHERE d.dlq_id = replay_dead_letter.dlq_id;
+    PERFORM fenceq._notify_jobs(v_letter.queue);
+    RETURN v_letter.job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.replay_dead_letter(text) IS
+    'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
+
+-- discard_dead_letter: mark a dead letter handled without replaying it.
+-- True once; false for an unknown or already handled letter.
+CREATE OR REPLACE FUNCTION fenceq.discard_dead_letter(dlq_id text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF discard_dead_letter.dlq_id IS NULL OR discard_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET discarded_at = clock_timestamp()
+     WHERE d.dlq_id = discard_dead_letter.dlq_id
+       AND d.replayed_at IS NULL AND d.discarded_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION fenceq.discard_dead_letter(text) IS
+    'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
+
+-- version: the installed schema version.
+CREATE OR REPLACE FUNCTION fenceq.version()
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN '1';
+END
+$$;
+COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';
+
+-- fenceq for PostgreSQL, part 7: verify_schema, the admission check that
+-- migrations run before they finish.
+
+-- verify_schema: one row per check (check_name, ok, detail). Read-only.
+-- The details name schema objects, never data.
+CREATE OR REPLACE FUNCTION fenceq.verify_schema()
+RETURNS TABLE(check_name text, ok boolean, detail text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad text;
+BEGIN
+    check_name := 'server_encoding';
+    ok := current_setting('server_encoding') = 'UTF8';
+    detail := CASE WHEN ok THEN 'UTF8' ELSE 'server_encoding must be UTF8' END;
+    RETURN NEXT;
+
+    -- Every column this version reads or writes, with its exact type.
+    WITH expected(tbl, col, typ, not_null) AS (VALUES
+        ('_queues', 'queue', 'text', true), ('_queues', 'lease', 'interval', true),
+        ('_queues', 'max_attempts', 'integer', true), ('_queues', 'backoff_base', 'interval', true),
+        ('_queues', 'backoff_factor', 'double precision', true), ('_queues', 'backoff_max', 'interval', true),
+        ('_queues', 'dead_letter', 'boolean', true), ('_queues', 'paused', 'boolean', true),
+        ('_queues', 'notify', 'boolean', true), ('_queues', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
+        ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
+        ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
+        ('_jobs', 'status', 'text', true), ('_jobs', 'attempts', 'integer', true),
+        ('_jobs', 'max_attempts', 'integer', true), ('_jobs', 'run_at', 'timestamp with time zone', true),
+        ('_jobs', 'expires_at', 'timestamp with time zone', false), ('_jobs', 'owner_id', 'text', false),
+        ('_jobs', 'generation', 'bigint', true), ('_jobs', 'claim_token', 'text', false),
+        ('_jobs', 'lease', 'interval', false), ('_jobs', 'lease_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'budget_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'cancel_requested', 'boolean', true), ('_jobs', 'pid', 'integer', false),
+        ('_jobs', 'result', 'jsonb', false), ('_jobs', 'last_error', 'text', false),
+        ('_jobs', 'submission_id', 'text', false), ('_jobs', 'fingerprint', 'text', false),
+        ('_jobs', 'active_key', 'text', false), ('_jobs', 'dlq_id', 'text', false),
+        ('_jobs', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'finished_at', 'timestamp with time zone', false),
+        ('_submissions', 'submission_id', 'text', true), ('_submissions', 'fingerprint', 'text', true),
+        ('_submissions', 'job_id', 'text', true), ('_submissions', 'queue', 'text', true),
+        ('_submissions', 'created_at', 'timestamp with time zone', true),
+        ('_claims', 'claim_token', 'text', true), ('_claims', 'job_id', 'text', true),
+        ('_claims', 'generation', 'bigint', true), ('_claims', 'owner_id', 'text', true),
+        ('_claims', 'claimed_at', 'timestamp with time zone', true),
+        ('_checkpoints', 'job_id', 'text', true), ('_checkpoints', 'step', 'text', true),
+        ('_checkpoints', 'value', 'jsonb', true), ('_checkpoints', 'generation', 'bigint', true),
+        ('_checkpoints', 'recorded_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'dlq_id', 'text', true), ('_dead_letters', 'job_id', 'text', true),
+        ('_dead_letters', 'queue', 'text', true), ('_dead_letters', 'task', 'text', true),
+        ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
+        ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attribute AS a
+        ON a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col
+       AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE a.attname IS NULL
+        OR format_type(a.atttypid, a.atttypmod) <> e.typ
+        OR a.attnotnull <> e.not_null;
+    check_name := 'column_types'; ok := v_bad IS NULL;
+    detail := coalesce('wrong or missing: ' || v_bad, 'all columns as expected');
+    RETURN NEXT;
+
+    -- Every text column is compared exactly: its collation must be
+    -- deterministic (a nondeterministic ICU collation would fold case).
+    SELECT string_agg(c.relname || '.' || a.attname, ', ' ORDER BY c.relname, a.attname) INTO v_bad
+      FROM pg_attribute AS a
+      JOIN pg_class AS c ON c.oid = a.attrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+      JOIN pg_collation AS co ON co.oid = a.attcollation
+     WHERE n.nspname = 'fenceq' AND c.relkind = 'r' AND c.relname LIKE '\_%'
+       AND a.attnum > 0 AND NOT a.attisdropped AND NOT co.collisdeterministic;
+    check_name := 'deterministic_collations'; ok := v_bad IS NULL;
+    detail := coalesce('nondeterministic: ' || v_bad, 'all text columns deterministic');
+    RETURN NEXT;
+
+    -- Identity is arbitrated by exact, full, single-column unique indexes.
+    FOR check_name, v_bad IN VALUES ('claim_token_unique', '_claims.claim_token'),
+                                    ('submission_id_unique', '_submissions.submission_id'),
+                                    ('job_id_unique', '_jobs.job_id')
+    LOOP
+        SELECT count(*) = 1 INTO ok
+          FROM pg_index AS i
+          JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          JOIN pg_collation AS co ON co.oid = i.indcollation[0]
+         WHERE i.indrelid = to_regclass('fenceq.' || split_part(v_bad, '.', 1))
+           AND a.attname = split_part(v_bad, '.', 2)
+           AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indnkeyatts = 1
+           AND i.indpred IS NULL AND i.indexprs IS NULL AND co.collisdeterministic;
+        detail := CASE WHEN ok THEN 'exact unique index on ' || v_bad
+                       ELSE 'needs exactly one full single-column unique index on ' || v_bad END;
+        RETURN NEXT;
+    END LOOP;
+
+    -- At most one active job per (queue, active_key) is arbitrated by this
+    -- exact partial unique index (submit relies on it in ON CONFLICT).
+    SELECT count(*) = 1 INTO ok
+      FROM pg_index AS i
+     WHERE i.indrelid = to_regclass('fenceq._jobs') AND i.indisunique AND i.indisvalid
+       AND i.indnatts = 2 AND i.indexprs IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+              FROM unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+           = ARRAY['queue', 'active_key']
+       AND pg_get_expr(i.indpred, i.indrelid)
+           = '((active_key IS NOT NULL) AND (status = ANY (ARRAY[''pending''::text, ''claimed''::text])))';
+    check_name := 'active_key_unique';
+    detail := CASE WHEN ok THEN 'partial unique index on _jobs (queue, active_key) for active jobs'
+                   ELSE 'needs the partial unique index on _jobs (queue, active_key) WHERE active' END;
+    RETURN NEXT;
+
+    -- The public shapes callers read: the claim type and the views, with
+    -- their columns in contract order (they are only ever appended to).
+    WITH expected(obj, cols) AS (VALUES
+        ('claim', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'attempt', 'max_attempts',
+                        'owner_id', 'generation', 'claim_token', 'lease_expires_at', 'budget_expires_at',
+                        'cancel_requested', 'submission_id', 'checkpoints']),
+        ('jobs', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'status', 'attempts',
+                       'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
+                       'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
+                       'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
+                       'created_at', 'finished_at']),
+        ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
+        ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
+                              'oldest_due_age', 'paused', 'notify']),
+        ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
+                               'failed_at', 'replayed_at', 'discarded_at']))
+    SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
+      FROM expected AS e
+     WHERE e.cols IS DISTINCT FROM (
+            SELECT (array_agg(a.attname::text ORDER BY a.attnum))[1:cardinality(e.cols)]
+              FROM pg_class AS c
+              JOIN pg_namespace AS n ON n.oid = c.relnamespace
+              JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+             WHERE n.nspname = 'fenceq' AND c.relname = e.obj AND c.relkind IN ('v', 'c'));
+    check_name := 'public_shapes'; ok := v_bad IS NULL;
+    detail := coalesce('missing or reordered columns: ' || v_bad, 'claim type and views as expected');
+    RETURN NEXT;
+
+    -- No default may manufacture identity or an invalid state.
+    WITH expected(tbl, col, def) AS (VALUES
+        ('_jobs', 'job_id', NULL), ('_jobs', 'owner_id', NULL), ('_jobs', 'claim_token', NULL),
+        ('_jobs', 'submission_id', NULL), ('_jobs', 'fingerprint', NULL), ('_jobs', 'active_key', NULL),
+        ('_jobs', 'dlq_id', NULL), ('_jobs', 'lease_expires_at', NULL), ('_jobs', 'pid', NULL),
+        ('_jobs', 'generation', '0'), ('_jobs', 'attempts', '0'),
+        ('_jobs', 'status', '''pending''::text'), ('_jobs', 'cancel_requested', 'false'),
+        ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
+        ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
+        ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attrdef AS d
+        ON d.adrelid = to_regclass('fenceq.' || e.tbl)
+       AND d.adnum = (SELECT a.attnum FROM pg_attribute AS a
+                       WHERE a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col)
+     WHERE pg_get_expr(d.adbin, d.adrelid) IS DISTINCT FROM e.def;
+    check_name := 'defaults'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected default: ' || v_bad, 'no default manufactures identity or state');
+    RETURN NEXT;
+
+    -- Nothing may rewrite what the functions store behind their back.
+    SELECT string_agg(c.relname || '.' || t.tgname, ', ') INTO v_bad
+      FROM pg_trigger AS t
+      JOIN pg_class AS c ON c.oid = t.tgrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'fenceq' AND NOT t.tgisinternal;
+    check_name := 'no_triggers'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
+    RETURN NEXT;
+
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef;
+    check_name := 'security_definer'; ok := v_bad IS NULL;
+    detail := coalesce('not SECURITY DEFINER: ' || v_bad, 'every function is SECURITY DEFINER');
+    RETURN NEXT;
+
+    -- Planner settings the functions pin for their own plans (see part 5)
+    -- are allowed beside the search_path, and nothing else.
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq'
+       AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
+                  WHERE c.setting NOT IN ('plan_cache_mode=force_generic_plan', 'enable_seqscan=off'))
+           IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
+    check_name := 'pinned_search_path'; ok := v_bad IS NULL;
+    detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT p.proname, ', ') INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS acl
+     WHERE n.nspname = 'fenceq' AND acl.grantee = 0 AND acl.privilege_type = 'EXECUTE';
+    check_name := 'no_public_execute'; ok := v_bad IS NULL;
+    detail := coalesce('PUBLIC may execute: ' || v_bad, 'PUBLIC has no EXECUTE');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT o.name, ', ') INTO v_bad FROM (
+        SELECT p.proname AS name, p.proowner AS owner
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq'
+        UNION ALL
+        SELECT c.relname, c.relowner
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')) AS o
+      JOIN pg_roles AS r ON r.oid = o.owner
+     WHERE r.rolsuper;
+    check_name := 'owner_not_superuser'; ok := v_bad IS NULL;
+    detail := coalesce('owned by a superuser: ' || v_bad, 'no fenceq object is owned by a superuser');
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq.verify_schema() IS
+    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
+
+-- fenceq for PostgreSQL, part 9: ownership and privileges.
+--
+-- Everything is owned by the NOLOGIN, non-superuser role fenceq_owner when the
+-- installer may create it, so SECURITY DEFINER functions run with no more
+-- than the queue's own rights. Otherwise the installing role stays owner (the
+-- functions then run with its rights; docs/dba.md says what that means).
+-- PUBLIC gets nothing: grants to the fenceq_* roles are added separately,
+-- without touching any function body.
+DO $$
+DECLARE
+    v_can_create boolean;
+    v_object record;
+BEGIN
+    SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create
+      FROM pg_roles AS r WHERE r.rolname = current_user;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = 'fenceq_owner') THEN
+        IF NOT v_can_create THEN
+            RAISE NOTICE 'fenceq: may not create role fenceq_owner; objects stay owned by %', current_user;
+            RETURN;
+        END IF;
+        BEGIN
+            CREATE ROLE fenceq_owner NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT;
+        EXCEPTION WHEN duplicate_object THEN
+            NULL;  -- created concurrently by an install in another database
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = 'fenceq_owner'
+                AND (r.rolcanlogin OR r.rolsuper)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: role fenceq_owner exists and can log in or is a superuser; refusing to use it';
+    END IF;
+    IF NOT pg_has_role(current_user, 'fenceq_owner', 'MEMBER') THEN
+        IF NOT v_can_create THEN
+            RAISE NOTICE 'fenceq: not a member of fenceq_owner; objects stay owned by %', current_user;
+            RETURN;
+        END IF;
+        EXECUTE format('GRANT fenceq_owner TO %I', current_user);
+    END IF;
+    EXECUTE 'ALTER SCHEMA fenceq OWNER TO fenceq_owner';
+    FOR v_object IN
+        SELECT format('ALTER %s %s OWNER TO fenceq_owner',
+                      CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::regclass) AS stmt
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
+        UNION ALL
+        SELECT format('ALTER FUNCTION %s OWNER TO fenceq_owner', p.oid::regprocedure)
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq'
+        UNION ALL
+        SELECT 'ALTER TYPE fenceq.claim OWNER TO fenceq_owner'
+    LOOP
+        EXECUTE v_object.stmt;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
+
+-- Group roles (CONTRACT §10), NOLOGIN; applications log in as their own
+-- roles and are granted one of these. Roles are cluster-wide: membership
+-- grants the same rights in every database of the cluster where fenceq is
+-- installed. An existing role of these names that can log in is refused.
+--   fenceq_producer: submit, submit_batch, get_job, version
+--   fenceq_worker:   the producer's rights, every fenced worker function,
+--                    reap, and the views
+--   fenceq_admin:    everything (queue settings, cancel, purge, dead
+--                    letters, verify_schema) and the views
+-- Private tables and _helpers are granted to nobody: everything goes
+-- through the SECURITY DEFINER functions.
+DO $$
+DECLARE
+    v_can_create boolean;
+    v_role text;
+    v_function text;
+    v_grants constant jsonb := jsonb_build_object(
+        'fenceq_producer', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version'),
+        'fenceq_worker', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version',
+            'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
+            'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
+            'acknowledge_cancel', 'reap'));
+BEGIN
+    SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
+    FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = v_role AND (r.rolcanlogin OR r.rolsuper)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'QF901',
+                MESSAGE = format('fenceq: role %s exists and can log in or is a superuser; refusing to use it', v_role);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = v_role) THEN
+            IF NOT v_can_create THEN
+                RAISE NOTICE 'fenceq: may not create role %; grant its rights by hand (docs/dba.md)', v_role;
+                CONTINUE;
+            END IF;
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object THEN
+                NULL;  -- created concurrently by an install in another database
+            END;
+        END IF;
+        EXECUTE format('GRANT USAGE ON SCHEMA fenceq TO %I', v_role);
+        IF v_role = 'fenceq_admin' THEN
+            FOR v_function IN
+                SELECT p.oid::regprocedure::text FROM pg_proc AS p
+                  JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'fenceq' AND p.proname NOT LIKE '\_%'
+            LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
+            END LOOP;
+        ELSE
+            FOR v_function IN
+                SELECT p.oid::regprocedure::text FROM pg_proc AS p
+                  JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'fenceq'
+                   AND p.proname IN (SELECT jsonb_array_elements_text(v_grants -> v_role))
+            LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
+            END LOOP;
+        END IF;
+        IF v_role <> 'fenceq_producer' THEN
+            EXECUTE format('GRANT SELECT ON fenceq.jobs, fenceq.attempts, fenceq.queue_stats, '
+                           'fenceq.dead_letters TO %I', v_role);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Admission: an install or migration refuses to finish on a schema that
+-- fails any verify_schema check (CONTRACT §3).
+DO $$
+DECLARE
+    v_failed text;
+BEGIN
+    SELECT string_agg(v.check_name, ', ') INTO v_failed FROM fenceq.verify_schema() AS v WHERE NOT v.ok;
+    IF v_failed IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: the schema fails verify_schema checks: ' || v_failed;
+    END IF;
+END
+$$;

@@ -1,0 +1,200 @@
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 1.
+--
+-- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
+-- wraps this file in a transaction, switches the file to WAL and records the
+-- migration). Statements end with ';' at the end of a line; run them in one
+-- transaction. Idempotent: every object is created only when missing.
+-- `fenceq verify` checks the result.
+--
+-- Names: PostgreSQL's schema-qualified names with the dot replaced by an
+-- underscore. Private tables fenceq._jobs -> fenceq__jobs; public views
+-- fenceq.jobs -> fenceq_jobs. Tables are private: use the statement files.
+--
+-- Types. Every table is STRICT, so storage never coerces a value silently.
+-- Identity columns are TEXT with SQLite's default BINARY collation (exact
+-- byte comparison). Timestamps are INTEGER microseconds since 1970-01-01 UTC
+-- (exact, ordered, cheap arithmetic); the views and the statement files show
+-- them as UTC text YYYY-MM-DDTHH:MM:SS.ffffffZ. Intervals are INTEGER
+-- microseconds, booleans INTEGER 0/1, JSON canonical TEXT (CONTRACT §4).
+--
+-- Differs from PostgreSQL in that there are no roles, grants or functions:
+-- whoever can open the file can write every table, and the operations are
+-- the statement files next to this one.
+
+-- Queues: named lanes with their defaults.
+CREATE TABLE IF NOT EXISTS fenceq__queues (
+    queue          TEXT NOT NULL PRIMARY KEY,
+    lease          INTEGER NOT NULL,
+    max_attempts   INTEGER NOT NULL,
+    backoff_base   INTEGER NOT NULL,
+    backoff_factor REAL NOT NULL,
+    backoff_max    INTEGER NOT NULL,
+    dead_letter    INTEGER NOT NULL,
+    paused         INTEGER NOT NULL DEFAULT 0,
+    notify         INTEGER NOT NULL DEFAULT 1,
+    created_at     INTEGER NOT NULL
+) STRICT;
+
+-- Jobs: one row per job, carrying its current fence (owner_id, generation,
+-- claim_token). seq is the rowid: submission order, the last claim tie-break.
+CREATE TABLE IF NOT EXISTS fenceq__jobs (
+    seq               INTEGER PRIMARY KEY,
+    job_id            TEXT NOT NULL UNIQUE,
+    queue             TEXT NOT NULL,
+    task              TEXT NOT NULL,
+    payload           TEXT,
+    priority          INTEGER NOT NULL,
+    status            TEXT NOT NULL DEFAULT 'pending' CHECK (status IN
+        ('pending', 'claimed', 'completed', 'failed', 'cancelled', 'expired')),
+    attempts          INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts      INTEGER NOT NULL CHECK (max_attempts > 0),
+    run_at            INTEGER NOT NULL,
+    expires_at        INTEGER,
+    owner_id          TEXT,
+    generation        INTEGER NOT NULL DEFAULT 0 CHECK (generation >= 0),
+    claim_token       TEXT,
+    lease             INTEGER,
+    lease_expires_at  INTEGER,
+    budget_expires_at INTEGER,
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    pid               INTEGER,
+    result            TEXT,
+    last_error        TEXT,
+    submission_id     TEXT,
+    fingerprint       TEXT,
+    active_key        TEXT,
+    dlq_id            TEXT,
+    created_at        INTEGER NOT NULL,
+    finished_at       INTEGER
+) STRICT;
+
+-- Claim path: one ordered scan per queue (claim_next merges the heads).
+CREATE INDEX IF NOT EXISTS fenceq__jobs_claim_idx
+    ON fenceq__jobs (queue, priority DESC, run_at, seq)
+    WHERE status = 'pending';
+-- Claimed jobs: reap and queue_stats read them without terminal history.
+CREATE INDEX IF NOT EXISTS fenceq__jobs_claimed_idx
+    ON fenceq__jobs (queue, lease_expires_at)
+    WHERE status = 'claimed';
+-- At most one active job per (queue, active_key) (CONTRACT §5).
+CREATE UNIQUE INDEX IF NOT EXISTS fenceq__jobs_active_key_idx
+    ON fenceq__jobs (queue, active_key)
+    WHERE active_key IS NOT NULL AND status IN ('pending', 'claimed');
+-- reap turns overdue pending jobs into 'expired', oldest first.
+CREATE INDEX IF NOT EXISTS fenceq__jobs_expires_idx
+    ON fenceq__jobs (expires_at)
+    WHERE status = 'pending' AND expires_at IS NOT NULL;
+-- purge deletes terminal jobs, oldest first.
+CREATE INDEX IF NOT EXISTS fenceq__jobs_finished_idx
+    ON fenceq__jobs (finished_at)
+    WHERE finished_at IS NOT NULL;
+
+-- Submission identities: outlive their jobs (purge) so that a replay keeps
+-- answering with the original job id (CONTRACT §4).
+CREATE TABLE IF NOT EXISTS fenceq__submissions (
+    submission_id TEXT NOT NULL PRIMARY KEY,
+    fingerprint   TEXT NOT NULL,
+    job_id        TEXT NOT NULL,
+    queue         TEXT NOT NULL,
+    created_at    INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS fenceq__submissions_job_idx ON fenceq__submissions (job_id);
+
+-- The claim ledger: every token used in a successful claim, until its job
+-- is purged. Also the source of the fenceq_attempts view.
+CREATE TABLE IF NOT EXISTS fenceq__claims (
+    claim_token TEXT NOT NULL PRIMARY KEY,
+    job_id      TEXT NOT NULL,
+    generation  INTEGER NOT NULL,
+    owner_id    TEXT NOT NULL,
+    claimed_at  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS fenceq__claims_job_idx ON fenceq__claims (job_id, generation);
+
+-- Checkpoints: one recorded value per (job, step), written once.
+CREATE TABLE IF NOT EXISTS fenceq__checkpoints (
+    job_id      TEXT NOT NULL,
+    step        TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    generation  INTEGER NOT NULL,
+    recorded_at INTEGER NOT NULL,
+    PRIMARY KEY (job_id, step)
+) STRICT, WITHOUT ROWID;
+
+-- Dead letters: written by fail/reap in the same transaction as the failure.
+CREATE TABLE IF NOT EXISTS fenceq__dead_letters (
+    dlq_id       TEXT NOT NULL PRIMARY KEY,
+    job_id       TEXT NOT NULL,
+    queue        TEXT NOT NULL,
+    task         TEXT NOT NULL,
+    error        TEXT,
+    attempts     INTEGER NOT NULL,
+    failed_at    INTEGER NOT NULL,
+    replayed_at  INTEGER,
+    discarded_at INTEGER
+) STRICT;
+CREATE INDEX IF NOT EXISTS fenceq__dead_letters_job_idx ON fenceq__dead_letters (job_id);
+
+-- Views: read-only windows, columns as PostgreSQL's views (only ever
+-- appended). No view shows a claim token. Timestamps as UTC text.
+-- The expression
+--   strftime('%Y-%m-%dT%H:%M:%S', t / 1000000 - (t % 1000000 < 0), 'unixepoch')
+--     || printf('.%06dZ', (t % 1000000 + 1000000) % 1000000)
+-- renders microseconds t (floor division, so years before 1970 work too).
+CREATE VIEW IF NOT EXISTS fenceq_jobs AS
+SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
+       j.max_attempts,
+       strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000) AS run_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.expires_at / 1000000 - (j.expires_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (j.expires_at % 1000000 + 1000000) % 1000000) AS expires_at,
+       j.owner_id, j.generation,
+       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000) AS lease_expires_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.budget_expires_at / 1000000 - (j.budget_expires_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (j.budget_expires_at % 1000000 + 1000000) % 1000000) AS budget_expires_at,
+       j.cancel_requested, j.pid, j.result, j.last_error, j.submission_id, j.fingerprint,
+       j.active_key, j.dlq_id,
+       strftime('%Y-%m-%dT%H:%M:%S', j.created_at / 1000000 - (j.created_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (j.created_at % 1000000 + 1000000) % 1000000) AS created_at,
+       strftime('%Y-%m-%dT%H:%M:%S', j.finished_at / 1000000 - (j.finished_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at
+  FROM fenceq__jobs AS j;
+
+CREATE VIEW IF NOT EXISTS fenceq_attempts AS
+SELECT c.job_id, c.generation, c.owner_id,
+       strftime('%Y-%m-%dT%H:%M:%S', c.claimed_at / 1000000 - (c.claimed_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (c.claimed_at % 1000000 + 1000000) % 1000000) AS claimed_at
+  FROM fenceq__claims AS c;
+
+-- queue_stats reads pending and claimed jobs through their partial indexes,
+-- never the terminal history. oldest_due_age is in microseconds.
+CREATE VIEW IF NOT EXISTS fenceq_queue_stats AS
+SELECT q.queue,
+       (SELECT count(*) FROM fenceq__jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'pending') AS pending,
+       (SELECT count(*) FROM fenceq__jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= n.now) AS due,
+       (SELECT count(*) FROM fenceq__jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'claimed') AS claimed,
+       (SELECT count(*) FROM fenceq__jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'claimed' AND j.cancel_requested) AS cancel_requested,
+       n.now - (SELECT min(j.run_at) FROM fenceq__jobs AS j
+                 WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= n.now) AS oldest_due_age,
+       q.paused,
+       q.notify
+  FROM fenceq__queues AS q,
+       (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS n;
+
+CREATE VIEW IF NOT EXISTS fenceq_dead_letters AS
+SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
+       strftime('%Y-%m-%dT%H:%M:%S', d.failed_at / 1000000 - (d.failed_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (d.failed_at % 1000000 + 1000000) % 1000000) AS failed_at,
+       strftime('%Y-%m-%dT%H:%M:%S', d.replayed_at / 1000000 - (d.replayed_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (d.replayed_at % 1000000 + 1000000) % 1000000) AS replayed_at,
+       strftime('%Y-%m-%dT%H:%M:%S', d.discarded_at / 1000000 - (d.discarded_at % 1000000 < 0), 'unixepoch')
+           || printf('.%06dZ', (d.discarded_at % 1000000 + 1000000) % 1000000) AS discarded_at
+  FROM fenceq__dead_letters AS d;
+
+-- The schema version, read by version.sql.
+PRAGMA user_version = 1;

@@ -1,0 +1,111 @@
+"""The claim loop: fill free slots with ``claim_next`` (one) or
+``claim_batch`` (several), backing off from 10 ms to ``poll_interval`` while
+the queues are empty. Fresh nonces are generated and kept before every
+claim call; when its outcome is unknown, each nonce is asked about with
+``recover_claim``: an uncertain claim is never made anew, a nonce never
+reused."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ..errors import ConfigError, PersistenceFailed
+from ..types import Claim, new_claim_token
+from .pool import Pool
+from .settings import MAX_BATCH
+from .state import InFlight, WorkerState
+
+Start = Callable[[Claim, float], InFlight]  # a claim and when its call was sent -> the running job
+
+FIRST_IDLE_WAIT = 0.01
+
+
+class Claimer:
+    def __init__(self, state: WorkerState, pool: Pool, start: Start):
+        self._state = state
+        self._pool = pool
+        self._start = start
+
+    async def run(self) -> None:
+        """Until a stop is requested; raises ConfigError when the database
+        refuses the claims themselves (an unknown queue, a missing grant)."""
+        state, poll_interval = self._state, self._state.settings.poll_interval
+        assert poll_interval is not None
+        idle = FIRST_IDLE_WAIT
+        while not state.stop_requested:
+            free = state.settings.concurrency - len(state.inflight)
+            if free <= 0:
+                state.wake.clear()
+                await state.wake.wait()
+                continue
+            state.wake.clear()
+            try:
+                claimed = await self.claim(min(free, MAX_BATCH))
+            except ConfigError as error:
+                state.events.emit("claim_refused", f"claim refused: {error}", level=logging.ERROR,
+                                  reason=error.reason)
+                raise
+            except PersistenceFailed:
+                # Nothing was left uncertain (recovery ran): try again later.
+                idle = min(max(idle * 2, 0.1), poll_interval)
+                await state.clock.wait(state.wake, idle)
+                continue
+            if claimed:
+                idle = FIRST_IDLE_WAIT
+                continue
+            await state.clock.wait(state.wake, idle)
+            idle = min(idle * 2, poll_interval)
+
+    async def claim(self, count: int) -> list[InFlight]:
+        """Claim up to ``count`` jobs and start them."""
+        settings, clock = self._state.settings, self._state.clock
+        tokens = [new_claim_token() for _ in range(count)]
+        sent = clock.monotonic()
+        lease, budget = settings.lease_delta, settings.budget_delta
+        try:
+            async with self._pool.client() as client:
+                if count == 1:
+                    claim = await client.claim_next(settings.queues, settings.owner_id, tokens[0],
+                                                    lease=lease, budget=budget)
+                    claims = [claim] if claim is not None else []
+                else:
+                    claims = await client.claim_batch(settings.queues, settings.owner_id, tokens,
+                                                      lease=lease, budget=budget)
+        except PersistenceFailed:
+            self._state.events.emit("claim_uncertain", "claim outcome unknown; recovering it with the same nonce",
+                                    level=logging.WARNING, tokens=len(tokens))
+            claims = await self.recover(tokens, sent)
+        return [self._start(claim, sent) for claim in claims]
+
+    async def recover(self, tokens: list[str], sent: float) -> list[Claim]:
+        """The claims an uncertain call made, asked for by their nonces until
+        the database answers (or gives up after max(2 × lease, 10 s))."""
+        state, clock, events = self._state, self._state.clock, self._state.events
+        found: list[Claim] = []
+        give_up = sent + max(2 * (state.settings.lease or 30.0), 10.0)
+        for token in tokens:
+            delay = 0.05
+            while True:
+                try:
+                    async with self._pool.client() as client:
+                        claim = await client.recover_claim(state.settings.owner_id, token)
+                    break
+                except PersistenceFailed:
+                    if state.stop_requested or clock.monotonic() > give_up:
+                        events.emit("claim_unrecovered", "could not reach the database to recover an "
+                                    "uncertain claim; if it was made, its lease will lapse and reap "
+                                    "will hand the job on", level=logging.ERROR)
+                        claim = None
+                        break
+                    await clock.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+            if claim is not None:
+                state.counts["recovered_claims"] += 1
+                events.emit("claim_recovered", "uncertain claim recovered with its nonce",
+                            level=logging.WARNING, job_id=claim.job_id, generation=claim.generation)
+                found.append(claim)
+        if not found:
+            events.emit("claim_not_made", "the uncertain claim did not take a job (or its lease "
+                        "already lapsed)", level=logging.INFO, tokens=len(tokens))
+        return found

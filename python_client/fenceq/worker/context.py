@@ -1,0 +1,148 @@
+"""What a handler sees: its context (``JobContext`` in a thread,
+``AsyncJobContext`` on the loop) and the exceptions it raises or meets."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from types import MappingProxyType
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from ..types import Fence
+from .state import InFlight
+
+task_log = logging.getLogger("fenceq.task")
+
+
+class NonRetryable(Exception):
+    """Raise from a handler to fail the job without retry: it becomes
+    ``failed`` at once (with a dead letter when its queue keeps them)."""
+
+
+class LeaseLost(Exception):
+    """The claim is no longer live: the database refused a fenced write or a
+    heartbeat, or the worker released the job. Nothing the handler writes
+    from now on is recorded; the job belongs to whoever claims it next."""
+
+
+class JobCancelled(Exception):
+    """Raise (or let ``ctx.raise_if_cancelled()`` raise) after a cancel
+    request: the worker acknowledges the cancellation."""
+
+
+class JobCalls(Protocol):
+    """The worker's side of a context: the calls a handler may make."""
+
+    def now(self) -> float:
+        """The clock that lease deadlines are kept on."""
+
+    async def checkpoint(self, job: InFlight, step: str, value: Any) -> Any: ...
+
+    async def heartbeat(self, job: InFlight) -> bool: ...
+
+
+class _ContextBase:
+    def __init__(self, job: InFlight, calls: JobCalls):
+        self._job = job
+        self._calls = calls
+        claim = job.claim
+        self.job_id: str = claim.job_id
+        self.queue: str = claim.queue
+        self.task: str = claim.task
+        self.payload: Any = claim.payload
+        self.attempt: int = claim.attempt
+        self.max_attempts: int = claim.max_attempts
+        self.generation: int = claim.generation
+        self.owner_id: str = claim.owner_id
+        self.submission_id: str | None = claim.submission_id
+        self.log = logging.LoggerAdapter(task_log, {"fenceq": job.fields, "event": "task_log"})
+
+    @property
+    def fence(self) -> Fence:
+        return self._job.fence
+
+    @property
+    def checkpoints(self) -> Mapping[str, Any]:
+        """Steps recorded for this job so far (by this or earlier claims)."""
+        return MappingProxyType(dict(self._job.recorded))
+
+    @property
+    def fence_live(self) -> bool:
+        """False once the database refused this claim, or once the local
+        lease deadline passed without a confirmed renewal (e.g. after a
+        pause). Only the database can say yes for sure; this is the
+        handler's cue to stop producing side effects."""
+        return not self._job.lost.is_set() and self._calls.now() < self._job.deadline
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._job.cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._job.cancelled.is_set():
+            raise JobCancelled()
+
+    def raise_if_lost(self) -> None:
+        if not self.fence_live:
+            raise LeaseLost()
+
+
+class JobContext(_ContextBase):
+    """What a plain (thread) handler receives. ``cancelled``, ``lost`` and
+    ``stopping`` are ``threading.Event``s."""
+
+    def __init__(self, job: InFlight, calls: JobCalls, loop: asyncio.AbstractEventLoop):
+        super().__init__(job, calls)
+        self._loop = loop
+        self.cancelled: threading.Event = job.cancelled.thread
+        self.lost: threading.Event = job.lost.thread
+        self.stopping: threading.Event = job.stopping.thread
+
+    def _call(self, coroutine: Awaitable[Any]) -> Any:
+        """Run a worker call on the loop and wait for it (from the handler's thread)."""
+        if self._loop.is_closed() or self._job.abandoned:
+            if inspect.iscoroutine(coroutine):
+                coroutine.close()
+            raise LeaseLost()
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()  # type: ignore[arg-type]
+
+    def checkpoint(self, step: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` unless ``step`` is already recorded for this job, record
+        its (non-null, JSON) value under the fence, and return the recorded
+        value. Raises ``LeaseLost`` when the claim is no longer live."""
+        if step in self._job.recorded:
+            return self._job.recorded[step]
+        if self._job.lost.is_set():
+            raise LeaseLost()
+        return self._call(self._calls.checkpoint(self._job, step, fn()))
+
+    def heartbeat(self) -> bool:
+        """Renew the lease now; False (and ``lost`` set) when refused."""
+        return self._call(self._calls.heartbeat(self._job))
+
+
+class AsyncJobContext(_ContextBase):
+    """What an ``async def`` handler receives. ``cancelled``, ``lost`` and
+    ``stopping`` are ``asyncio.Event``s."""
+
+    def __init__(self, job: InFlight, calls: JobCalls):
+        super().__init__(job, calls)
+        self.cancelled: asyncio.Event = job.cancelled.loop
+        self.lost: asyncio.Event = job.lost.loop
+        self.stopping: asyncio.Event = job.stopping.loop
+
+    async def checkpoint(self, step: str, fn: Callable[[], Any]) -> Any:
+        """As ``JobContext.checkpoint``; ``fn`` may be sync or async."""
+        if step in self._job.recorded:
+            return self._job.recorded[step]
+        if self._job.lost.is_set() or self._job.abandoned:
+            raise LeaseLost()
+        value = fn()
+        if inspect.isawaitable(value):
+            value = await value
+        return await self._calls.checkpoint(self._job, step, value)
+
+    async def heartbeat(self) -> bool:
+        return await self._calls.heartbeat(self._job)

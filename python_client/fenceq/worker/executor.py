@@ -1,0 +1,193 @@
+"""Running a claimed job: build its ``InFlight`` record and context, invoke
+the handler (a plain function in a thread of its own, an ``async def`` on
+the loop), turn how it ended into an ``Outcome`` and hand that to the
+settler. The handler's own calls (checkpoint, heartbeat) come back here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import threading
+import traceback
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+from ..errors import PersistenceFailed
+from ..types import Claim
+from .context import AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable
+from .fenced_writer import FencedWriter, Verdict
+from .heartbeater import Heartbeater
+from .outcome import Cancelled, Completed, Failed, Lost, Outcome
+from .pool import Pool
+from .settler import Settler
+from .state import InFlight, WorkerState
+
+Handler = Callable[[Any], Any]
+
+
+@runtime_checkable
+class Registry(Protocol):
+    """What the runtime needs of an ``App``."""
+
+    queues: list[str]
+
+    @property
+    def tasks(self) -> Mapping[str, Handler]: ...
+
+    def handler(self, name: str) -> Handler | None: ...
+
+
+def error_text(error: BaseException) -> str:
+    """``Type: message`` and the traceback, bounded, for the job's last_error."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    head = f"{type(error).__name__}: {error}"
+    if len(text) > 16000:
+        text = text[:2000] + "\n…\n" + text[-12000:]
+    return head + "\n\n" + text if text.strip() else head
+
+
+class Executor:
+    def __init__(self, state: WorkerState, registry: Registry, pool: Pool, writer: FencedWriter,
+                 heartbeater: Heartbeater, settler: Settler):
+        self._state = state
+        self._registry = registry
+        self._pool = pool
+        self._writer = writer
+        self._heartbeater = heartbeater
+        self._settler = settler
+
+    def start(self, claim: Claim, sent: float) -> InFlight:
+        """Take a claim made by a call sent at ``sent`` (monotonic) and run it."""
+        state, settings, clock = self._state, self._state.settings, self._state.clock
+        now_wall = clock.wall()
+        expires = claim.lease_expires_at.timestamp() if claim.lease_expires_at else now_wall
+        # Lease length: the one asked for, else the queue's as seen from the
+        # claim (conservative: measured from receipt, not from sending).
+        lease = settings.lease or max(0.05, expires - now_wall)
+        budget_deadline = float("inf")
+        if claim.budget_expires_at is not None:
+            budget_deadline = sent + max(0.0, claim.budget_expires_at.timestamp() - now_wall)
+        handler = self._registry.handler(claim.task)
+        job = InFlight(claim=claim, lease=lease, deadline=min(sent + lease, budget_deadline),
+                       budget_deadline=budget_deadline, next_heartbeat=sent + lease * settings.heartbeat_fraction,
+                       is_async=handler is not None and inspect.iscoroutinefunction(handler),
+                       recorded=dict(claim.checkpoints or {}), started=clock.monotonic())
+        loop = asyncio.get_running_loop()
+        job.ctx = AsyncJobContext(job, self) if job.is_async else JobContext(job, self, loop)
+        if state.stop_requested:
+            job.stopping.set()
+        state.inflight[claim.job_id] = job
+        state.counts["claimed"] += 1
+        state.events.emit("claimed", "job claimed", **job.fields, lease=round(lease, 3),
+                          cancel_requested=claim.cancel_requested, checkpoints=len(job.recorded))
+        if claim.cancel_requested:
+            job.cancelled.set()
+        state.heartbeat_wake.set()
+        job.task = loop.create_task(self._execute(job, handler), name=f"fenceq-job-{claim.job_id}")
+        return job
+
+    async def _execute(self, job: InFlight, handler: Handler | None) -> None:
+        state = self._state
+        try:
+            if state.settings.record_pid:
+                state.spawn(self._set_pid(job))
+            if handler is None:
+                outcome: Outcome = Failed(f"no handler for task {job.claim.task!r} on this worker "
+                                          f"(tasks: {', '.join(sorted(self._registry.tasks)) or 'none'})", True)
+                state.events.emit("unknown_task", "no handler registered for this task", level=logging.ERROR,
+                                  **job.fields)
+            else:
+                outcome = await self._invoke(job, handler)
+        except asyncio.CancelledError:
+            if job.abandoned or state.hard_stop:
+                return  # the drain releases it
+            if not job.cancelled.is_set():
+                raise
+            outcome = Cancelled()
+        if job.abandoned:
+            return
+        job.settling = True
+        try:
+            await self._settler.settle(job, outcome)
+        except Exception:  # noqa: BLE001 - a bug must not leak the slot silently
+            state.events.exception("settle_error", "writing the outcome failed", **job.fields)
+        finally:
+            state.finish(job)
+
+    async def _invoke(self, job: InFlight, handler: Handler) -> Outcome:
+        events = self._state.events
+        events.emit("started", "handler started", level=logging.DEBUG, **job.fields)
+        try:
+            result = await handler(job.ctx) if job.is_async else await self._in_thread(job, handler)
+        except NonRetryable as error:
+            events.emit("handler_error", f"handler raised NonRetryable: {error}", level=logging.WARNING,
+                        **job.fields, retry=False)
+            return Failed(error_text(error), False)
+        except LeaseLost:
+            return Lost()
+        except JobCancelled:
+            return Cancelled()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            events.emit("handler_error", f"handler raised {type(error).__name__}: {error}",
+                        level=logging.WARNING, **job.fields, retry=True)
+            return Failed(error_text(error), True)
+        return Completed(result)
+
+    @staticmethod
+    async def _in_thread(job: InFlight, handler: Handler) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def deliver(ok: bool, value: Any) -> None:
+            if not future.done():
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+        def target() -> None:
+            try:
+                value, ok = handler(job.ctx), True
+            except BaseException as error:  # noqa: BLE001 - handed to the loop
+                value, ok = error, False
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the job was released
+                loop.call_soon_threadsafe(deliver, ok, value)
+
+        threading.Thread(target=target, name=f"fenceq-job-{job.fence.job_id}", daemon=True).start()
+        return await future
+
+    async def _set_pid(self, job: InFlight) -> None:
+        with contextlib.suppress(PersistenceFailed):  # only informative: a lost write costs nothing
+            async with self._pool.client() as client:
+                await client.set_pid(job.fence, os.getpid())
+
+    # The handler's calls (JobCalls) --------------------------------------------
+
+    def now(self) -> float:
+        return self._state.clock.monotonic()
+
+    async def checkpoint(self, job: InFlight, step: str, value: Any) -> Any:
+        state = self._state
+        sent = state.clock.monotonic()
+        written = await self._writer.checkpoint(job, step, value)
+        if written.verdict is Verdict.ABANDONED:
+            if state.clock.monotonic() > job.deadline:
+                state.lose(job, "checkpoint could not be written before the lease ran out")
+                raise LeaseLost()
+            raise PersistenceFailed()
+        if written.verdict is Verdict.REFUSED:
+            state.counts["refused"] += 1
+            state.events.emit("checkpoint_refused", "checkpoint refused: this claim's fence is stale",
+                              level=logging.WARNING, **job.fields, step=step)
+            state.lose(job, "checkpoint refused: the claim is no longer live")
+            raise LeaseLost()
+        job.renewed(sent, state.settings.heartbeat_fraction)
+        job.recorded[step] = written.value
+        return written.value
+
+    async def heartbeat(self, job: InFlight) -> bool:
+        return await self._heartbeater.beat_now(job)

@@ -1,0 +1,80 @@
+"""Heartbeats: one loop renews every in-flight job every lease ×
+``heartbeat_fraction``, in one ``heartbeat_batch`` for all jobs due within
+half a period. Each job keeps a local deadline (send time of its last
+renewal + lease) so that after a pause the handler knows at once that its
+lease may be gone."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import PersistenceFailed
+from .fenced_writer import FencedWriter, Verdict
+from .pool import Pool
+from .state import InFlight, WorkerState
+
+IDLE_CHECK = 5.0  # seconds: the longest sleep; a new job wakes the loop anyway
+
+
+class Heartbeater:
+    def __init__(self, state: WorkerState, pool: Pool, writer: FencedWriter):
+        self._state = state
+        self._pool = pool
+        self._writer = writer
+
+    async def run(self) -> None:
+        state = self._state
+        while True:
+            state.heartbeat_wake.clear()
+            delay = await self.tick()
+            if delay > 0:
+                await state.clock.wait(state.heartbeat_wake, min(max(delay, 0.001), IDLE_CHECK))
+
+    async def tick(self) -> float:
+        """Renew the jobs that are due; the seconds until the next one is."""
+        settings, now = self._state.settings, self._state.clock.monotonic()
+        jobs = [j for j in self._state.inflight.values() if not j.lost.is_set() and not j.abandoned]
+        if not jobs:
+            return IDLE_CHECK
+        due = min(j.next_heartbeat for j in jobs)
+        if due > now:
+            return due - now
+        # Jobs due within half a period go along, so renewals stay in step.
+        await self._send([j for j in jobs if j.next_heartbeat <= now + j.lease * settings.heartbeat_fraction / 2])
+        return 0.0
+
+    async def _send(self, batch: list[InFlight]) -> None:
+        state = self._state
+        fraction, clock = state.settings.heartbeat_fraction, state.clock
+        lease = state.settings.lease_delta
+        sent = clock.monotonic()
+        try:
+            async with self._pool.client() as client:
+                if len(batch) == 1:
+                    answers = [await client.heartbeat(batch[0].fence, lease=lease)]
+                else:
+                    answers = await client.heartbeat_batch([j.fence for j in batch], lease=lease)
+        except PersistenceFailed:
+            state.events.emit("heartbeat_failed", "heartbeat could not reach the database; retrying",
+                              level=logging.WARNING, jobs=len(batch))
+            for job in batch:
+                job.next_heartbeat = clock.monotonic() + min(0.25, job.lease * fraction / 2)
+            return
+        for job, ok in zip(batch, answers):
+            if ok:
+                job.renewed(sent, fraction)
+            elif not job.settling:
+                state.lose(job, "heartbeat refused: the lease lapsed or the job was taken over")
+            else:
+                job.next_heartbeat = float("inf")
+
+    async def beat_now(self, job: InFlight) -> bool:
+        """A handler's ``ctx.heartbeat()``: renew this job now."""
+        sent = self._state.clock.monotonic()
+        verdict = await self._writer.heartbeat(job)
+        if verdict is Verdict.ACCEPTED:
+            job.renewed(sent, self._state.settings.heartbeat_fraction)
+            return True
+        if verdict is Verdict.REFUSED:
+            self._state.lose(job, "heartbeat refused")
+        return False

@@ -1,0 +1,100 @@
+"""The maintenance duty: ``reap`` every ``reap_interval`` (with jitter), and
+``purge`` every ``purge_interval`` when a retention is set. Each round runs
+as the fleet's only holder of the duty (``AsyncBackend.exclusive``), on a
+backend of its own; a round that finds the duty held elsewhere is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from typing import Any
+
+from ..backends import AsyncBackend
+from ..client import AsyncClient
+from ..errors import ConfigError, PersistenceFailed
+from ..types import ReapResult
+from .pool import BackendOpener
+from .settings import MAX_BATCH
+from .state import WorkerState
+
+DUTY = "maintenance"
+PURGE_ROWS = 10_000
+
+
+class Maintenance:
+    def __init__(self, state: WorkerState, open_backend: BackendOpener):
+        self._state = state
+        self._open_backend = open_backend
+        self._backend: AsyncBackend | None = None
+        self._last_purge: float | None = None
+
+    async def run(self) -> None:
+        state, clock = self._state, self._state.clock
+        interval = state.settings.reap_interval
+        assert interval is not None
+        await clock.sleep(random.uniform(0, interval))
+        failing = False
+        try:
+            while True:
+                full = False
+                try:
+                    full = await self.round()
+                    failing = False
+                except PersistenceFailed:
+                    if not failing:  # once per outage, not every round
+                        state.events.emit("reap_failed", "reap could not reach the database; retrying",
+                                          level=logging.WARNING)
+                    failing = True
+                    await self._close()
+                except ConfigError as error:
+                    state.events.emit("reap_disabled", f"reap/purge refused ({error.reason}); this worker "
+                                      "stops reaping", level=logging.ERROR)
+                    return
+                await clock.sleep(0.01 if full else interval * random.uniform(0.8, 1.2))
+        finally:
+            await self._close()
+
+    async def round(self) -> bool:
+        """One reap (and purge, when due); True when reap hit its row limit
+        (more is waiting: go again at once)."""
+        settings, clock = self._state.settings, self._state.clock
+        if self._backend is None:
+            self._backend = await self._open_backend()
+        async with self._backend.exclusive(DUTY) as holder:
+            if holder is None:
+                return False
+            full = self._reaped(await AsyncClient(holder).reap(max_rows=MAX_BATCH))
+        purge_due = settings.purge_after is not None and (
+            self._last_purge is None or clock.monotonic() - self._last_purge >= settings.purge_interval)
+        if purge_due:
+            async with self._backend.exclusive(DUTY) as holder:
+                if holder is not None:
+                    await self._purge(AsyncClient(holder))
+                    self._last_purge = clock.monotonic()
+        return full
+
+    def _reaped(self, result: ReapResult) -> bool:
+        total = result.requeued + result.failed + result.cancelled + result.expired
+        if total:
+            self._state.counts["reaped"] += total
+            self._state.events.emit("reaped", "reap settled expired claims and overdue jobs",
+                                    requeued=result.requeued, failed=result.failed,
+                                    cancelled=result.cancelled, expired=result.expired)
+        return total >= MAX_BATCH
+
+    async def _purge(self, client: Any) -> None:
+        """``client`` is an AsyncClient (its methods are typed as the sync client's)."""
+        settings = self._state.settings
+        assert settings.purge_after is not None
+        count = await client.purge(settings.purge_after, max_rows=PURGE_ROWS,
+                                   submissions_older_than=settings.purge_submissions_after)
+        if count:
+            self._state.events.emit("purged", "retention purge deleted finished jobs", jobs=count)
+
+    async def _close(self) -> None:
+        if self._backend is not None:
+            with contextlib.suppress(Exception):
+                await self._backend.close()
+        self._backend = None

@@ -1,0 +1,79 @@
+"""The worker's clients: a few ``AsyncClient``s, each used by one coroutine
+at a time, over backends from one opener."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from ..backends import AsyncBackend, Capabilities
+from ..client import AsyncClient
+from ..errors import PersistenceFailed
+
+BackendOpener = Callable[[], Awaitable[AsyncBackend]]
+ClientWrapper = Callable[[AsyncClient], Any]
+
+
+class Pool:
+    """A client whose call raised PersistenceFailed is closed and reopened on
+    next use (its connection may be gone). ``wrap`` is applied to every
+    client opened (instrumentation, fault injection)."""
+
+    def __init__(self, open_backend: BackendOpener, size: int, wrap: ClientWrapper | None):
+        self._open_backend = open_backend
+        self._size = size
+        self._wrap = wrap
+        self._free: asyncio.Queue = asyncio.Queue()
+        self._all: list[Any] = []
+        self._first: AsyncBackend | None = None
+
+    async def open(self) -> None:
+        """Open the first client (the rest open when first needed)."""
+        self._free.put_nowait(await self._new())
+        for _ in range(self._size - 1):
+            self._free.put_nowait(None)
+
+    @property
+    def backend(self) -> AsyncBackend:
+        """The first backend opened: its name, capabilities and error reading."""
+        assert self._first is not None, "open() first"
+        return self._first
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.backend.capabilities
+
+    async def _new(self) -> Any:
+        backend = await self._open_backend()
+        self._first = self._first or backend
+        client: Any = AsyncClient(backend)
+        if self._wrap is not None:
+            client = self._wrap(client)
+        self._all.append(client)
+        return client
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Any]:
+        client = await self._free.get()
+        try:
+            if client is None:
+                client = await self._new()
+            yield client
+        except PersistenceFailed:
+            if client is not None:
+                await self._discard(client)
+            client = None
+            raise
+        finally:
+            self._free.put_nowait(client)
+
+    async def _discard(self, client: Any) -> None:
+        with contextlib.suppress(Exception):
+            self._all.remove(client)
+        with contextlib.suppress(Exception):
+            await client.close()
+
+    async def close(self) -> None:
+        for client in list(self._all):
+            await self._discard(client)

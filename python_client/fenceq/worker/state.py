@@ -1,0 +1,112 @@
+"""What the worker's units share: the jobs in flight, the wake-up events,
+the stop request and the counts. Every unit gets this one object; none
+reaches into another unit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Coroutine
+
+from ..types import Claim, Fence
+from .clock import Clock
+from .events import Events
+from .settings import WorkerSettings
+
+COUNTS = ("claimed", "completed", "failed", "retried", "cancelled", "released", "refused", "lost",
+          "recovered_claims", "reaped")
+
+
+class Flag:
+    """One condition, visible to thread handlers (threading.Event) and to
+    async handlers (asyncio.Event). Set only from the worker's loop."""
+
+    def __init__(self) -> None:
+        self.thread = threading.Event()
+        self.loop = asyncio.Event()
+
+    def set(self) -> None:
+        self.thread.set()
+        self.loop.set()
+
+    def is_set(self) -> bool:
+        return self.thread.is_set()
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One claimed job while this worker holds it. Times are the clock's
+    monotonic seconds."""
+
+    claim: Claim
+    lease: float                      # seconds: the lease length in force
+    deadline: float                   # the lease is surely live before this
+    budget_deadline: float            # inf without a budget
+    next_heartbeat: float
+    is_async: bool
+    recorded: dict[str, Any]          # checkpoints: step -> value
+    started: float
+    cancelled: Flag = field(default_factory=Flag)
+    lost: Flag = field(default_factory=Flag)
+    stopping: Flag = field(default_factory=Flag)
+    task: asyncio.Task | None = None
+    settling: bool = False            # the handler is done; the outcome is being written
+    abandoned: bool = False           # drain timed out: the job is being released
+    ctx: Any = None
+
+    @property
+    def fence(self) -> Fence:
+        return self.claim.fence
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return {"job_id": self.claim.job_id, "queue": self.claim.queue, "task": self.claim.task,
+                "generation": self.claim.generation, "attempt": self.claim.attempt}
+
+    def renewed(self, sent: float, heartbeat_fraction: float) -> None:
+        """The database renewed the lease by a call sent at ``sent``."""
+        self.deadline = min(sent + self.lease, self.budget_deadline)
+        self.next_heartbeat = sent + self.lease * heartbeat_fraction
+
+
+class WorkerState:
+    def __init__(self, settings: WorkerSettings, clock: Clock, events: Events, counts: dict[str, int]):
+        self.settings = settings
+        self.clock = clock
+        self.events = events
+        self.counts = counts
+        self.inflight: dict[str, InFlight] = {}
+        self.wake = asyncio.Event()            # the claimer: a slot freed, work arrived, or stop
+        self.heartbeat_wake = asyncio.Event()  # the heartbeater: a job joined
+        self.idle = asyncio.Event()            # the drain: nothing left in flight (or stop now)
+        self.stop_requested = False
+        self.hard_stop = False                 # skip the drain wait
+        self._side_tasks: set[asyncio.Task] = set()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run a side task (cancelled when the worker stops)."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    @property
+    def side_tasks(self) -> list[asyncio.Task]:
+        return list(self._side_tasks)
+
+    def finish(self, job: InFlight) -> None:
+        """The job leaves this worker: its slot is free."""
+        if self.inflight.get(job.claim.job_id) is job:
+            del self.inflight[job.claim.job_id]
+        self.wake.set()
+        if not self.inflight:
+            self.idle.set()
+
+    def lose(self, job: InFlight, why: str) -> None:
+        """The claim is no longer live: tell the handler, stop renewing it."""
+        if job.lost.is_set():
+            return
+        job.lost.set()
+        job.next_heartbeat = float("inf")
+        self.events.emit("lease_lost", why, level=logging.WARNING, **job.fields)

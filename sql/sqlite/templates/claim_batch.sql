@@ -1,0 +1,111 @@
+-- fenceq for SQLite: claim_batch -- claim up to one job per token.
+--
+-- The next eligible jobs (pending, due, not expired, queue not paused)
+-- across the queues, in priority desc, run_at, submission order, paired
+-- with the tokens in array order. A token repeated in the array, or already
+-- in the claim ledger, raises QF301 before anything is claimed; an empty
+-- queue array QF100, an undeclared queue QF101. NULL lease takes the
+-- queue's; with a budget, lease_expires_at = min(now + lease, now + budget).
+--
+-- Parameters: :queues JSON array of TEXT; :owner_id TEXT; :claim_tokens
+-- JSON array of TEXT; :lease, :budget INTEGER microseconds or NULL.
+-- Result: zero or more rows (sqlstate, message, detail, then the claim
+-- columns job_id, queue, task, payload, priority, attempt, max_attempts,
+-- owner_id, generation, claim_token, lease_expires_at, budget_expires_at,
+-- cancel_requested, submission_id, checkpoints), or one error row.
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that there is no SKIP LOCKED: BEGIN
+-- IMMEDIATE serialises writers on the whole file, so concurrent claimers
+-- take turns (waiting up to the busy timeout) and still never get the same
+-- job; order is strict across callers too. Each queue's head is read
+-- through the partial claim index, then the heads are merged. A claim time
+-- beyond year 9999 raises 22008 (PostgreSQL: timestamp out of range).
+{{error_table}}
+CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
+    ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
+    lease INTEGER NOT NULL, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_claim;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF100' AS sqlstate,
+           'fenceq: queues must be a non-empty array of at most 10000 elements' AS message
+     WHERE NOT coalesce(typeof(:queues) = 'text'
+                        AND json_array_length({{as_json_array(:queues)}}) BETWEEN 1 AND 10000, 0)
+    UNION ALL SELECT 2, 'QF102', 'fenceq: queues must hold strings of 1 to 255 characters'
+     WHERE NOT {{no_nul_escape(:queues)}}
+        OR EXISTS (SELECT 1 FROM json_each({{as_json_array(:queues)}}) AS a
+                    WHERE NOT (a.type = 'text' AND {{identifier(a.value, 255)}}))
+    UNION ALL SELECT 3, 'QF102', 'fenceq: owner_id must be 1 to 255 characters'
+     WHERE NOT {{identifier(:owner_id, 255)}}
+    UNION ALL SELECT 4, 'QF100', 'fenceq: claim_tokens must be a non-empty array of at most 10000 elements'
+     WHERE NOT coalesce(typeof(:claim_tokens) = 'text'
+                        AND json_array_length({{as_json_array(:claim_tokens)}}) BETWEEN 1 AND 10000, 0)
+    UNION ALL SELECT 5, 'QF102', 'fenceq: claim_tokens must hold strings of 1 to 255 characters'
+     WHERE NOT {{no_nul_escape(:claim_tokens)}}
+        OR EXISTS (SELECT 1 FROM json_each({{as_json_array(:claim_tokens)}}) AS t
+                    WHERE NOT (t.type = 'text' AND {{identifier(t.value, 255)}}))
+    UNION ALL SELECT 6, 'QF105', 'fenceq: lease must be positive'
+     WHERE NOT {{optional_integer(:lease, > 0)}}
+    UNION ALL SELECT 7, 'QF105', 'fenceq: budget must be positive'
+     WHERE NOT {{optional_integer(:budget, > 0)}}
+    UNION ALL SELECT 8, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
+     WHERE (SELECT count(DISTINCT t.value) FROM json_each({{as_json_array(:claim_tokens)}}) AS t)
+           <> json_array_length({{as_json_array(:claim_tokens)}})
+        OR EXISTS (SELECT 1 FROM json_each({{as_json_array(:claim_tokens)}}) AS t
+                     JOIN fenceq__claims AS c ON c.claim_token = t.value)
+    UNION ALL SELECT 9, 'QF101', 'fenceq: unknown queue'
+     WHERE (SELECT count(DISTINCT a.value) FROM json_each({{as_json_array(:queues)}}) AS a)
+           <> (SELECT count(*) FROM fenceq__queues AS q
+                WHERE q.queue IN (SELECT a.value FROM json_each({{as_json_array(:queues)}}) AS a))
+) ORDER BY rank LIMIT 1;
+-- Each active queue's head rows through the claim index (at most one per
+-- token), merged in claim order and paired with the tokens.
+WITH {{clock}},
+     heads AS (
+        {{queue_heads(json_array_length({{as_json_array(:claim_tokens)}}), {{as_json_array(:queues)}})}})
+INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
+SELECT c.ord, c.seq, t.value, c.generation, coalesce(:lease, c.queue_lease), clock.now
+  FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
+          FROM heads AS h) AS c
+  JOIN json_each({{as_json_array(:claim_tokens)}}) AS t ON t.key = c.ord - 1
+  JOIN clock
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF303' AS sqlstate, 'fenceq: the job''s generation is exhausted' AS message
+     WHERE EXISTS (SELECT 1 FROM temp.fenceq_claim AS c WHERE c.generation >= 9223372036854775807)
+    UNION ALL SELECT 2, '22008', 'fenceq: the lease or budget ends after year 9999'
+     WHERE EXISTS (SELECT 1 FROM temp.fenceq_claim AS c
+                    WHERE c.lease > 253402300799999999 - c.now
+                       OR coalesce(:budget, 0) > 253402300799999999 - c.now)
+) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;
+UPDATE fenceq__jobs
+   SET {{claimed_by(c.token)}}
+  FROM temp.fenceq_claim AS c
+ WHERE fenceq__jobs.seq = c.seq AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Storage must keep exactly what was sent: anything that changed it rolls
+-- the whole claim back.
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF302', 'fenceq: storage changed the claim identity'
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND EXISTS (SELECT 1 FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+                WHERE j.owner_id IS NOT :owner_id OR j.claim_token IS NOT c.token
+                   OR j.generation IS NOT c.generation + 1);
+INSERT INTO fenceq__claims (claim_token, job_id, generation, owner_id, claimed_at)
+SELECT c.token, j.job_id, j.generation, :owner_id, c.now
+  FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
+       generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
+       checkpoints
+  FROM (
+    SELECT 0 AS ord, e.sqlstate, e.message, e.detail,
+           {{claim_nulls}}
+      FROM temp.fenceq_error AS e
+    UNION ALL
+    SELECT c.ord, NULL, NULL, NULL,
+           {{claim_columns}}
+      FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+     WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
+ ORDER BY ord;

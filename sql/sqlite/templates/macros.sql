@@ -1,0 +1,278 @@
+-- Macros for the SQLite statement templates: scripts/gen-sqlite expands
+-- them into the statement files next to this folder.
+--
+-- A definition is a line `-- macro: name` or `-- macro: name(a, b)`, the
+-- comment lines that explain it, and then its body, up to the next
+-- definition. Inside the body, $a stands for the argument given for a.
+-- A template calls a macro as {{name}} or {{name(x, y)}} (arguments are
+-- separated by commas outside parentheses and quotes; a body may call other
+-- macros). Lines after the first of an expansion are indented to the
+-- column where the call stands, so a multi-line body lines up under it.
+
+-- Values ---------------------------------------------------------------------
+
+-- macro: now
+-- The clock as INTEGER microseconds since 1970 UTC (SQLite's clock has
+-- millisecond resolution).
+(unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+
+-- macro: clock
+-- A common table expression clock(now): one reading of the clock for the
+-- whole statement.
+clock(now) AS MATERIALIZED (
+    SELECT {{now}})
+
+-- macro: utc_text_micros(text)
+-- UTC text YYYY-MM-DDTHH:MM:SS.ffffffZ as INTEGER microseconds (NULL stays NULL).
+(unixepoch(substr($text, 1, 19)) * 1000000
+ + CAST(substr($text, 21, 6) AS INTEGER))
+
+-- macro: micros_utc_text(micros)
+-- INTEGER microseconds as UTC text YYYY-MM-DDTHH:MM:SS.ffffffZ (floor
+-- division, so that years before 1970 work too).
+strftime('%Y-%m-%dT%H:%M:%S', $micros / 1000000 - ($micros % 1000000 < 0),
+         'unixepoch')
+|| printf('.%06dZ', ($micros % 1000000 + 1000000) % 1000000)
+
+-- macro: as_json_array(value)
+-- The value when it is JSON text holding an array, else NULL.
+CASE WHEN json_valid($value)
+     THEN CASE WHEN json_type($value) = 'array'
+               THEN $value END END
+
+-- macro: uuid4(hex)
+-- 32 random hex digits shaped as a version 4 UUID.
+substr($hex, 1, 8) || '-' || substr($hex, 9, 4)
+|| '-4' || substr($hex, 14, 3)
+|| '-' || substr('89ab', (instr('0123456789abcdef', substr($hex, 17, 1)) - 1) % 4 + 1, 1)
+|| substr($hex, 18, 3)
+|| '-' || substr($hex, 21, 12)
+
+-- macro: backoff(row)
+-- The retry delay after $row.attempts attempts (microseconds):
+-- min(backoff_base * backoff_factor^(attempts - 1), backoff_max), compared
+-- in logarithms first, so that it never overflows.
+CASE WHEN $row.backoff_base <= 0 THEN 0
+     WHEN ln($row.backoff_base) + max($row.attempts - 1, 0) * ln($row.backoff_factor)
+          >= ln($row.backoff_max) THEN $row.backoff_max
+     ELSE CAST(round($row.backoff_base * power($row.backoff_factor, max($row.attempts - 1, 0)))
+               AS INTEGER) END
+
+-- Checks: each is true for an acceptable value ------------------------------
+
+-- macro: identifier(value, longest)
+-- An id or name: TEXT of 1 to $longest characters without NUL.
+(typeof($value) = 'text' AND length($value) BETWEEN 1 AND $longest
+ AND instr(CAST($value AS BLOB), x'00') = 0)
+
+-- macro: well_formed_fence
+-- The fence parameters :job_id, :owner_id, :generation, :claim_token.
+({{identifier(:job_id, 36)}}
+ AND {{identifier(:owner_id, 255)}}
+ AND {{identifier(:claim_token, 255)}}
+ AND typeof(:generation) = 'integer' AND :generation >= 1)
+
+-- macro: optional_integer(value, condition)
+-- NULL, or an INTEGER (not REAL or TEXT) that meets the condition.
+($value IS NULL
+ OR (typeof($value) = 'integer' AND $value $condition))
+
+-- macro: optional_utc_text(text)
+-- NULL, or a timestamp in exactly the form YYYY-MM-DDTHH:MM:SS.ffffffZ,
+-- within years 0001-9999, that names a real instant.
+($text IS NULL
+ OR (typeof($text) = 'text' AND length($text) = 27
+     AND $text GLOB ('[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
+                     || 'T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                     || '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')
+     AND substr($text, 1, 4) <> '0000'
+     AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr($text, 1, 19)), 'unixepoch')
+         = substr($text, 1, 19)))
+
+-- macro: no_nul_escape(json)
+-- JSON text without a \u0000 escape (escaped backslashes set aside first).
+instr(replace($json, '\\', ''), '\u0000') = 0
+
+-- macro: optional_json(json)
+-- NULL, or valid JSON text without \u0000 (canonical JSON is finite: NaN
+-- and Infinity are not JSON).
+($json IS NULL
+ OR (typeof($json) = 'text' AND json_valid($json)
+     AND {{no_nul_escape($json)}}))
+
+-- macro: optional_within_1_mib(json)
+-- NULL, or at most 1 MiB of UTF-8.
+($json IS NULL OR length(CAST($json AS BLOB)) <= 1048576)
+
+-- macro: queue_setting_checks
+-- The checks of the settings a caller passes to create_queue or alter_queue,
+-- as branches of a ranked UNION ALL (ranks 3 to 7; each file ranks its own
+-- checks around them).
+UNION ALL SELECT 3, 'QF105', 'fenceq: lease must be positive'
+ WHERE NOT {{optional_integer(:lease, > 0)}}
+UNION ALL SELECT 4, 'QF105', 'fenceq: backoff_base must not be negative'
+ WHERE NOT {{optional_integer(:backoff_base, >= 0)}}
+UNION ALL SELECT 5, 'QF105', 'fenceq: backoff_max must not be negative'
+ WHERE NOT {{optional_integer(:backoff_max, >= 0)}}
+UNION ALL SELECT 6, 'QF104', 'fenceq: max_attempts must be a positive integer'
+ WHERE NOT {{optional_integer(:max_attempts, BETWEEN 1 AND 2147483647)}}
+UNION ALL SELECT 7, 'QF104', 'fenceq: backoff_factor must be finite and at least 1'
+ WHERE NOT (:backoff_factor IS NULL OR (typeof(:backoff_factor) IN ('integer', 'real')
+            AND :backoff_factor BETWEEN 1 AND 1.7976931348623157e308))
+
+-- Statements -------------------------------------------------------------------
+
+-- macro: error_table
+-- The scratch table holding the first failing check; every later write is
+-- guarded by it being empty.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+DELETE FROM temp.fenceq_error;
+
+-- macro: fence_check
+-- QF106 unless the fence parameters are well formed.
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF106', 'fenceq: the fence is malformed'
+ WHERE NOT {{well_formed_fence}};
+
+-- macro: fence_decision
+-- temp.fenceq_fence: the job's row (seq), the clock reading the write uses
+-- (now), whether the fence is the live claim (live) and its cancel request.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_fence (
+    seq INTEGER, now INTEGER NOT NULL, live INTEGER NOT NULL, cancel_requested INTEGER);
+DELETE FROM temp.fenceq_fence;
+-- The decision: the clock is read here, after BEGIN IMMEDIATE took the
+-- write lock, and the same reading is used for the write below.
+INSERT INTO temp.fenceq_fence (seq, now, live, cancel_requested)
+SELECT j.seq, c.now,
+       coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation
+                AND j.claim_token = :claim_token AND j.lease_expires_at > c.now, 0),
+       j.cancel_requested
+  FROM (SELECT {{now}} AS now) AS c
+  LEFT JOIN fenceq__jobs AS j ON j.job_id = :job_id
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: cleared_claim
+-- The assignments that hand a job back to pending: no owner, lease or pid.
+owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+budget_expires_at = NULL, pid = NULL
+
+-- macro: dead_letters_from(scratch)
+-- Write the dead letters chosen in a scratch table (its dlq_id is set for
+-- each job that fails for good in a queue that keeps them).
+INSERT INTO fenceq__dead_letters (dlq_id, job_id, queue, task, error, attempts, failed_at)
+SELECT r.dlq_id, j.job_id, j.queue, j.task, j.last_error, j.attempts, r.now
+  FROM $scratch AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+ WHERE r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: dead_letter_check
+-- temp.fenceq_letter (the letter to handle), and QF102 unless :dlq_id is
+-- 32 lowercase hex characters.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_letter (
+    dlq_id TEXT NOT NULL, job_id TEXT NOT NULL, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_letter;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF102', 'fenceq: dlq_id must be 32 lowercase hex characters'
+ WHERE NOT (typeof(:dlq_id) = 'text' AND length(:dlq_id) = 32 AND :dlq_id NOT GLOB '*[^0-9a-f]*');
+
+-- macro: queue_flag_check
+-- temp.fenceq_queue_flag (whether the flag changed), and the checks of
+-- :queue: QF102 for a bad name, QF101 for an unknown queue.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_queue_flag (changed INTEGER NOT NULL);
+DELETE FROM temp.fenceq_queue_flag;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
+     WHERE NOT {{identifier(:queue, 255)}}
+    UNION ALL SELECT 2, 'QF101', 'fenceq: unknown queue'
+     WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
+) ORDER BY rank LIMIT 1;
+
+-- macro: json_boolean_array(flag)
+-- The flags of the rows as JSON text: [true,false,...] ([] for none).
+'[' || coalesce(group_concat(CASE WHEN $flag THEN 'true' ELSE 'false' END, ','), '') || ']'
+
+-- Batches of fences (heartbeat_batch, complete_batch) ------------------------
+
+-- macro: fence_arrays
+-- The four fence arrays side by side: a (job ids), o (owner ids),
+-- g (generations), t (claim tokens), joined on their index.
+json_each({{as_json_array(:job_ids)}}) AS a
+JOIN json_each({{as_json_array(:owner_ids)}}) AS o ON o.key = a.key
+JOIN json_each({{as_json_array(:generations)}}) AS g ON g.key = a.key
+JOIN json_each({{as_json_array(:claim_tokens)}}) AS t ON t.key = a.key
+
+-- macro: fence_array_checks
+-- QF100 unless the four fence arrays are JSON arrays of one length (at most
+-- 10,000), QF106 when an element is not a well-formed fence: ranks 1 and 2
+-- of a ranked UNION ALL.
+SELECT 1 AS rank, 'QF100' AS sqlstate,
+       'fenceq: fence arrays must be non-NULL, of equal length, with at most 10000 elements' AS message
+ WHERE NOT coalesce(typeof(:job_ids) = 'text' AND typeof(:owner_ids) = 'text' AND typeof(:generations) = 'text'
+                    AND typeof(:claim_tokens) = 'text'
+                    AND json_array_length({{as_json_array(:job_ids)}}) <= 10000
+                    AND json_array_length({{as_json_array(:owner_ids)}})
+                        = json_array_length({{as_json_array(:job_ids)}})
+                    AND json_array_length({{as_json_array(:generations)}})
+                        = json_array_length({{as_json_array(:job_ids)}})
+                    AND json_array_length({{as_json_array(:claim_tokens)}})
+                        = json_array_length({{as_json_array(:job_ids)}}), 0)
+UNION ALL SELECT 2, 'QF106', 'fenceq: a fence is malformed'
+ WHERE NOT ({{no_nul_escape(:job_ids)}} AND {{no_nul_escape(:owner_ids)}}
+            AND {{no_nul_escape(:claim_tokens)}})
+       OR EXISTS (SELECT 1
+                    FROM {{fence_arrays}}
+                   WHERE NOT (a.type = 'text'
+                              AND {{identifier(a.value, 36)}}
+                              AND o.type = 'text'
+                              AND {{identifier(o.value, 255)}}
+                              AND t.type = 'text'
+                              AND {{identifier(t.value, 255)}}
+                              AND typeof(g.value) = 'integer' AND g.value >= 1))
+
+-- Claims (claim_next, claim_batch, recover_claim) ----------------------------
+
+-- macro: queue_heads(per_queue, queues)
+-- The first $per_queue eligible jobs of each named, unpaused queue, each
+-- read through the partial claim index (a claim merges these heads).
+SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+  FROM fenceq__queues AS q
+  JOIN clock
+  JOIN fenceq__jobs AS j ON j.seq IN (
+       SELECT h.seq FROM fenceq__jobs AS h
+        WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+          AND (h.expires_at IS NULL OR h.expires_at > clock.now)
+        ORDER BY h.priority DESC, h.run_at, h.seq
+        LIMIT $per_queue)
+ WHERE q.queue IN (SELECT a.value FROM json_each($queues) AS a) AND NOT q.paused
+
+-- macro: claimed_by(token)
+-- The assignments of a claim: row c of a scratch table holds the job's
+-- generation before the claim, the lease and the clock reading.
+status = 'claimed',
+attempts = attempts + 1,
+generation = c.generation + 1,
+owner_id = :owner_id,
+claim_token = $token,
+lease = c.lease,
+lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease
+                        ELSE min(c.now + c.lease, c.now + :budget) END,
+budget_expires_at = c.now + :budget,
+cancel_requested = 0,
+pid = NULL
+
+-- macro: claim_nulls
+-- The claim columns of an error row.
+NULL AS job_id, NULL AS queue, NULL AS task, NULL AS payload, NULL AS priority, NULL AS attempt,
+NULL AS max_attempts, NULL AS owner_id, NULL AS generation, NULL AS claim_token,
+NULL AS lease_expires_at, NULL AS budget_expires_at, NULL AS cancel_requested, NULL AS submission_id,
+NULL AS checkpoints
+
+-- macro: claim_columns
+-- The claim columns of job j, as fenceq.claim has them.
+j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts, j.owner_id,
+j.generation, j.claim_token,
+{{micros_utc_text(j.lease_expires_at)}},
+{{micros_utc_text(j.budget_expires_at)}},
+j.cancel_requested, j.submission_id,
+(SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k WHERE k.job_id = j.job_id)

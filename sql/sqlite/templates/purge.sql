@@ -1,0 +1,57 @@
+-- fenceq for SQLite: purge -- delete old terminal jobs.
+--
+-- Deletes terminal jobs finished before now - older_than, oldest first, at
+-- most max_rows, with their checkpoints, claim ledger rows and handled dead
+-- letters. Jobs with a dead letter that is neither replayed nor discarded
+-- are kept. Submission identities outlive the purge unless
+-- submissions_older_than is given: then identities older than that whose
+-- jobs are gone are forgotten too. Returns the number of jobs deleted.
+--
+-- Parameters: :older_than INTEGER microseconds (>= 0); :max_rows INTEGER
+-- or NULL (10000); :submissions_older_than INTEGER microseconds or NULL.
+-- Result: one row (sqlstate, message, detail, value INTEGER).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that both cutoffs are inclusive
+-- (finished_at <= now - older_than): the clock counts milliseconds, so a
+-- job finished earlier in the same millisecond is not kept.
+{{error_table}}
+CREATE TEMP TABLE IF NOT EXISTS fenceq_purge (job_id TEXT PRIMARY KEY);
+DELETE FROM temp.fenceq_purge;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF105' AS sqlstate,
+           'fenceq: older_than is required and must not be negative' AS message
+     WHERE :older_than IS NULL OR NOT {{optional_integer(:older_than, >= 0)}}
+    UNION ALL SELECT 2, 'QF105', 'fenceq: submissions_older_than must not be negative'
+     WHERE NOT {{optional_integer(:submissions_older_than, >= 0)}}
+    UNION ALL SELECT 3, 'QF104', 'fenceq: max_rows must be a positive integer'
+     WHERE NOT {{optional_integer(:max_rows, BETWEEN 1 AND 2147483647)}}
+) ORDER BY rank LIMIT 1;
+WITH {{clock}}
+INSERT INTO temp.fenceq_purge (job_id)
+SELECT j.job_id
+  FROM clock JOIN fenceq__jobs AS j ON j.finished_at <= clock.now - :older_than
+ WHERE j.status IN ('completed', 'failed', 'cancelled', 'expired')
+   AND NOT EXISTS (SELECT 1 FROM fenceq__dead_letters AS d
+                    WHERE d.job_id = j.job_id AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.finished_at, j.seq
+ LIMIT coalesce(:max_rows, 10000);
+DELETE FROM fenceq__checkpoints
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__claims
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__dead_letters
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__jobs
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__submissions
+ WHERE :submissions_older_than IS NOT NULL
+   AND created_at <= (SELECT {{now}})
+                     - :submissions_older_than
+   AND NOT EXISTS (SELECT 1 FROM fenceq__jobs AS j WHERE j.job_id = fenceq__submissions.job_id)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_purge) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

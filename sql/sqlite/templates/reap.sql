@@ -1,0 +1,79 @@
+-- fenceq for SQLite: reap -- settle expired claims and overdue pending jobs.
+--
+-- Oldest first, at most max_rows in all. Expired claims: cancel-requested
+-- -> cancelled; attempts left -> pending (error 'lease_expired', with
+-- backoff); none left -> failed (+ dead letter when the queue keeps them).
+-- Overdue pending jobs -> expired. Always one row of counts.
+--
+-- Parameters: :max_rows INTEGER or NULL (1000).
+-- Result: one row (sqlstate, message, detail, requeued, failed, cancelled,
+-- expired).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that reapers take turns on the write lock
+-- instead of skipping each other's rows (SKIP LOCKED); either way no row is
+-- counted twice. A retry time beyond year 9999 raises 22008.
+{{error_table}}
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF104', 'fenceq: max_rows must be a positive integer'
+ WHERE NOT {{optional_integer(:max_rows, BETWEEN 1 AND 2147483647)}};
+CREATE TEMP TABLE IF NOT EXISTS fenceq_reap (
+    seq INTEGER PRIMARY KEY, outcome TEXT NOT NULL, backoff INTEGER, dlq_id TEXT,
+    now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_reap;
+WITH {{clock}}
+INSERT INTO temp.fenceq_reap (seq, outcome, backoff, dlq_id, now)
+SELECT c.seq, c.outcome,
+       CASE WHEN c.outcome = 'requeued'
+            THEN {{backoff(c)}} END,
+       CASE WHEN c.outcome = 'failed' AND c.dead_letter THEN lower(hex(randomblob(16))) END,
+       c.now
+  FROM (SELECT j.seq, j.attempts, q.backoff_base, q.backoff_factor, q.backoff_max, q.dead_letter,
+               clock.now,
+               CASE WHEN j.cancel_requested THEN 'cancelled'
+                    WHEN j.attempts < j.max_attempts THEN 'requeued'
+                    ELSE 'failed' END AS outcome
+          FROM clock
+          JOIN fenceq__jobs AS j ON j.status = 'claimed' AND j.lease_expires_at <= clock.now
+          JOIN fenceq__queues AS q ON q.queue = j.queue
+         ORDER BY j.lease_expires_at, j.seq
+         LIMIT coalesce(:max_rows, 1000)) AS c
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+WITH {{clock}}
+INSERT INTO temp.fenceq_reap (seq, outcome, now)
+SELECT j.seq, 'expired', clock.now
+  FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.expires_at, j.seq
+ LIMIT max(coalesce(:max_rows, 1000) - (SELECT count(*) FROM temp.fenceq_reap), 0);
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT '22008', 'fenceq: a retry time is after year 9999'
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND EXISTS (SELECT 1 FROM temp.fenceq_reap AS r
+                WHERE r.outcome = 'requeued' AND r.backoff > 253402300799999999 - r.now);
+UPDATE fenceq__jobs SET status = 'cancelled', pid = NULL, finished_at = r.now
+  FROM temp.fenceq_reap AS r
+ WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'cancelled' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs
+   SET status = 'pending', run_at = r.now + r.backoff, last_error = 'lease_expired',
+       {{cleared_claim}}
+  FROM temp.fenceq_reap AS r
+ WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'requeued' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs
+   SET status = 'failed', last_error = 'lease_expired', finished_at = r.now, dlq_id = r.dlq_id
+  FROM temp.fenceq_reap AS r
+ WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'failed' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+{{dead_letters_from(temp.fenceq_reap)}}
+UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
+  FROM temp.fenceq_reap AS r
+ WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'requeued') END AS requeued,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'failed') END AS failed,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'cancelled') END AS cancelled,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'expired') END AS expired
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

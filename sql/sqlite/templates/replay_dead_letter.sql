@@ -1,0 +1,30 @@
+-- fenceq for SQLite: replay_dead_letter -- a dead-lettered job back to pending.
+--
+-- The job gets a fresh attempt budget; its submission identity and
+-- generation history are kept. Returns the job id; NULL for an unknown or
+-- already handled letter. QF102 unless dlq_id is 32 lowercase hex
+-- characters.
+--
+-- Parameters: :dlq_id TEXT.
+-- Result: one row (sqlstate, message, detail, value TEXT or NULL).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that no fenceq_jobs notification is sent.
+{{error_table}}
+{{dead_letter_check}}
+INSERT INTO temp.fenceq_letter (dlq_id, job_id, now)
+SELECT d.dlq_id, d.job_id, {{now}}
+  FROM fenceq__dead_letters AS d JOIN fenceq__jobs AS j ON j.job_id = d.job_id
+ WHERE d.dlq_id = :dlq_id AND d.replayed_at IS NULL AND d.discarded_at IS NULL AND j.status = 'failed'
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs
+   SET status = 'pending', attempts = 0, run_at = l.now, finished_at = NULL,
+       {{cleared_claim}}, cancel_requested = 0, result = NULL
+  FROM temp.fenceq_letter AS l
+ WHERE fenceq__jobs.job_id = l.job_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__dead_letters SET replayed_at = l.now
+  FROM temp.fenceq_letter AS l
+ WHERE fenceq__dead_letters.dlq_id = l.dlq_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT l.job_id FROM temp.fenceq_letter AS l) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

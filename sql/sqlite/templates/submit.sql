@@ -1,0 +1,113 @@
+-- fenceq for SQLite: submit -- enqueue one job and return its id.
+--
+-- With a submission_id an exact replay returns the original job id (also
+-- after the job finished or was purged); a changed request raises QF201
+-- before anything changes. An explicit job_id reserved by another job, live
+-- or purged, raises QF203. An active key held by a pending or claimed job
+-- raises QF202, unless force: then that job is cancelled (its fence dies)
+-- and the new one inserted, in this transaction. A refused submission
+-- stores nothing.
+--
+-- Parameters: :queue, :task TEXT; :payload canonical JSON TEXT or NULL;
+-- :submission_id, :job_id (at most 36 characters), :active_key TEXT or
+-- NULL; :priority INTEGER or NULL (0); :run_at, :expires_at UTC TEXT
+-- 'YYYY-MM-DDTHH:MM:SS.ffffffZ' or NULL (run_at NULL = now);
+-- :max_attempts INTEGER or NULL (the queue's); :force INTEGER 0/1 or NULL
+-- (0); :fingerprint TEXT, required with a submission_id.
+-- Result: one row (sqlstate, message, detail, value TEXT job id).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that the caller computes the submission
+-- fingerprint ('fq1:' || lower hex SHA-256 of the canonical request
+-- document, docs/guarantees.md §4; SQLite has no SHA-256) and passes it as
+-- :fingerprint; the payload must already be canonical JSON text (§4),
+-- which is stored as sent; no fenceq_jobs or fenceq_control notification
+-- is sent; a generated job id is a random (version 4) UUID made from
+-- randomblob().
+-- One scratch row per connection (temp.fenceq_submit_call, overwritten by
+-- each call): the first failing check in this order (sqlstate, message), a
+-- replayed job id, the new job's id and the clock reading. Every later
+-- statement is guarded by its sqlstate being NULL.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_call (
+    id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT, detail TEXT,
+    replay_job_id TEXT, job_id TEXT, now INTEGER NOT NULL);
+-- randomblob is read once, hence MATERIALIZED.
+WITH r(h, now) AS MATERIALIZED (
+        SELECT lower(hex(randomblob(16))),
+               {{now}}),
+     e(error) AS (SELECT CASE
+        WHEN NOT {{identifier(:queue, 255)}}
+             THEN 'QF102 fenceq: queue must be 1 to 255 characters'
+        WHEN NOT {{identifier(:task, 255)}}
+             THEN 'QF102 fenceq: task must be 1 to 255 characters'
+        WHEN NOT (:submission_id IS NULL
+                  OR {{identifier(:submission_id, 255)}})
+             THEN 'QF102 fenceq: submission_id must be 1 to 255 characters'
+        WHEN NOT (:job_id IS NULL OR {{identifier(:job_id, 36)}})
+             THEN 'QF102 fenceq: job_id must be 1 to 36 characters'
+        WHEN NOT (:active_key IS NULL OR {{identifier(:active_key, 255)}})
+             THEN 'QF102 fenceq: active_key must be 1 to 255 characters'
+        WHEN NOT {{optional_integer(:max_attempts, BETWEEN 1 AND 2147483647)}}
+             THEN 'QF104 fenceq: max_attempts must be a positive integer'
+        WHEN NOT {{optional_integer(:priority, BETWEEN -2147483648 AND 2147483647)}}
+             THEN 'QF104 fenceq: priority must be a 32-bit integer'
+        WHEN NOT {{optional_utc_text(:run_at)}}
+             THEN 'QF105 fenceq: run_at must be UTC text within years 0001-9999'
+        WHEN NOT {{optional_utc_text(:expires_at)}}
+             THEN 'QF105 fenceq: expires_at must be UTC text within years 0001-9999'
+        WHEN NOT {{optional_json(:payload)}}
+             THEN 'QF103 fenceq: payload must be finite JSON without \u0000'
+        WHEN NOT {{optional_within_1_mib(:payload)}}
+             THEN 'QF103 fenceq: payload exceeds 1 MiB in canonical form'
+        WHEN NOT {{optional_integer(:force, IN (0, 1))}}
+             THEN 'QF100 fenceq: force must be a boolean'
+        WHEN :submission_id IS NOT NULL
+             AND NOT (typeof(:fingerprint) = 'text' AND length(:fingerprint) = 68
+                      AND substr(:fingerprint, 1, 4) = 'fq1:'
+                      AND substr(:fingerprint, 5) NOT GLOB '*[^0-9a-f]*')
+             THEN 'QF100 fenceq: fingerprint must be fq1: and 64 lowercase hex digits'
+        WHEN NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
+             THEN 'QF101 fenceq: unknown queue'
+        WHEN EXISTS (SELECT 1 FROM fenceq__submissions AS s
+                      WHERE s.submission_id = :submission_id AND s.fingerprint <> :fingerprint)
+             THEN 'QF201 fenceq: the submission id is retained for a different request'
+        WHEN :job_id IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
+             AND (EXISTS (SELECT 1 FROM fenceq__jobs AS j WHERE j.job_id = :job_id)
+                  OR EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.job_id = :job_id))
+             THEN 'QF203 fenceq: the job id is taken'
+        WHEN :active_key IS NOT NULL AND NOT coalesce(:force, 0)
+             AND NOT EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id)
+             AND EXISTS (SELECT 1 FROM fenceq__jobs AS j
+                          WHERE j.queue = :queue AND j.active_key = :active_key
+                            AND j.status IN ('pending', 'claimed'))
+             THEN 'QF202 fenceq: the active key is held by another active job'
+        END)
+INSERT OR REPLACE INTO temp.fenceq_submit_call (id, sqlstate, message, replay_job_id, job_id, now)
+SELECT 1, substr(e.error, 1, 5), substr(e.error, 7),
+       (SELECT s.job_id FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id),
+       coalesce(:job_id, {{uuid4(r.h)}}),
+       r.now
+  FROM r, e;
+INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, created_at)
+SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
+  FROM temp.fenceq_submit_call AS t
+ WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
+-- force: the predecessor holding the active key is cancelled; its fence dies.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t)
+ WHERE :active_key IS NOT NULL AND coalesce(:force, 0)
+   AND queue = :queue AND active_key = :active_key AND status IN ('pending', 'claimed')
+   AND (SELECT t.sqlstate IS NULL AND t.replay_job_id IS NULL FROM temp.fenceq_submit_call AS t);
+INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, max_attempts, run_at, expires_at,
+                          submission_id, fingerprint, active_key, created_at)
+SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0),
+       coalesce(:max_attempts, q.max_attempts),
+       coalesce({{utc_text_micros(:run_at)}}, t.now),
+       {{utc_text_micros(:expires_at)}},
+       :submission_id, CASE WHEN :submission_id IS NOT NULL THEN :fingerprint END, :active_key, t.now
+  FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
+ WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
+SELECT t.sqlstate, t.message, NULL AS detail,
+       CASE WHEN t.sqlstate IS NULL THEN coalesce(t.replay_job_id, t.job_id) END AS value
+  FROM temp.fenceq_submit_call AS t;

@@ -1,0 +1,47 @@
+"""Released migrations never change: a database that applied one must be
+upgradable by the steps after it, so their text is frozen at release
+(River's and graphile-worker's rule). A new release adds its digests here;
+an edit to a released step fails this test."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RELEASED = {
+    "migrations/postgres/0001_fenceq_v1.py": "60ccfc2c38e83b26d220a01330e83d6e6fe803f9cff9765cd42c9e2c3f35d862",
+    "migrations/postgres/sql/0001_fenceq_v1.sql": "d921ba706cf68ec3a2c5813d96bb598edfc2217593ed0fe7e126a19e2c6595c6",
+    "migrations/sqlite/0001_fenceq_v1.py": "4b7f7bd09a9b8730370ca7784515b79b76d1bcbb88d928fde3d64c38a852518e",
+    "migrations/sqlite/sql/0001_fenceq_v1.sql": "358ea05a0b8de3c65620f89c43b137830864bb3512a1498eb5073a28f0d5d7c2",
+}
+
+V1_COMMIT = "8e56bfc"
+V1_PG_FILES = ["010_schema.sql", "020_helpers.sql", "030_queues.sql", "040_submit.sql",
+               "050_workers.sql", "060_operators.sql", "070_verify.sql", "090_privileges.sql"]
+
+
+@pytest.mark.parametrize("path", sorted(RELEASED))
+def test_released_migration_text_is_unchanged(path):
+    assert hashlib.sha256((ROOT / path).read_bytes()).hexdigest() == RELEASED[path], (
+        f"{path} was released and must not change: add a new migration step instead")
+
+
+def _git_show(path: str) -> str | None:
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{V1_COMMIT}:{path}"],
+                           capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def test_frozen_v1_is_the_v1_release():
+    """The frozen v1 step is byte for byte what version 1 applied."""
+    parts = [_git_show(f"sql/postgres/{name}") for name in V1_PG_FILES]
+    sqlite_schema = _git_show("sql/sqlite/schema.sql")
+    if sqlite_schema is None or None in parts:
+        pytest.skip(f"this clone lacks commit {V1_COMMIT}")
+    assert (ROOT / "migrations/postgres/sql/0001_fenceq_v1.sql").read_text(encoding="utf-8") == "\n".join(parts)
+    assert (ROOT / "migrations/sqlite/sql/0001_fenceq_v1.sql").read_text(encoding="utf-8") == sqlite_schema

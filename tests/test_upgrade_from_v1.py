@@ -1,0 +1,120 @@
+"""Upgrade in place from version 1, as it was released (commit 8e56bfc,
+built from git history), with live work in the database: the v1 -> v2 step
+loses nothing, on both engines. Then v2 -> v1 rolls back without loss."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import fenceq
+from conftest import pg_url
+from fenceq.migrate import migrate, rollback
+
+ROOT = Path(__file__).resolve().parents[1]
+V1_COMMIT = "8e56bfc"
+
+
+@pytest.fixture(scope="session")
+def v1_package(tmp_path_factory) -> Path:
+    """Version 1's package, SQL and migrations, extracted from git history."""
+    folder = tmp_path_factory.mktemp("fenceq-v1")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", V1_COMMIT, "python_client", "sql", "migrations"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"this clone lacks commit {V1_COMMIT}")
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder / "python_client"
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def v1_database(request, tmp_path, v1_package):
+    """A database installed by fenceq 1, holding live work; yields (url, what v1 made)."""
+    if request.param == "postgres":
+        admin = request.getfixturevalue("pg")
+        name = "fenceq_v1_" + uuid.uuid4().hex[:10]
+        admin.sql(f"CREATE DATABASE {name}")
+        url = pg_url(name)
+    else:
+        url = f"sqlite:///{tmp_path / 'v1.db'}"
+    env = dict(os.environ, PYTHONPATH=str(v1_package))
+    made = subprocess.run([sys.executable, str(ROOT / "tests" / "upgrade" / "v1_work.py"), url],
+                          env=env, capture_output=True, text=True, check=True)
+    yield url, json.loads(made.stdout)
+    if request.param == "postgres":
+        admin.sql(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_v1_database_with_live_work_upgrades_in_place(v1_database):
+    url, v1 = v1_database
+    assert all(check.ok for check in migrate(url))
+    with fenceq.connect(url) as client:
+        assert client.version() == "2"
+        old = fenceq.Fence(**v1["live"])
+        # The fence v1 granted is still the live claim: it renews, reads its
+        # checkpoint back, and completes once.
+        assert client.heartbeat(old)
+        assert client.recover_claim(old.owner_id, old.claim_token).checkpoints == {"step": {"done": 1}}
+        assert client.complete(old, {"finished_by": "v2"})
+        assert not client.complete(old)
+        assert client.get_job(old.job_id).status == "completed"
+        # Retained submission identities replay to their job ids; a changed
+        # request under one still conflicts.
+        assert client.submit("work", "owned", {"n": 1}, submission_id="sub-owned") == old.job_id
+        assert client.submit("work", "finished", submission_id="sub-finished") == v1["finished"]
+        with pytest.raises(fenceq.SubmissionConflict) as conflict:
+            client.submit("work", "owned", {"n": 2}, submission_id="sub-owned")
+        assert conflict.value.sqlstate == "QF201"
+        # Tokens v1 spent stay used.
+        for token in (old.claim_token, v1["done_token"], v1["dead_token"]):
+            with pytest.raises(fenceq.ClaimConflict) as reused:
+                client.claim_next(["work"], "v2-worker", token)
+            assert reused.value.sqlstate == "QF301"
+        # Pending v1 jobs are claimed, in their order.
+        claims = client.claim_batch(["work"], "v2-worker", [fenceq.new_claim_token() for _ in range(4)])
+        assert [c.job_id for c in claims] == v1["pending"]
+        assert all(c.generation == 1 and client.complete(c.fence) for c in claims)
+        # The dead letter replays, and its job runs again under a new generation.
+        assert client.replay_dead_letter(v1["dlq_id"]) == v1["dead"]
+        again = client.claim_next(["doomed"], "v2-worker", fenceq.new_claim_token())
+        assert (again.job_id, again.generation) == (v1["dead"], 2)
+        assert [(a.generation, a.owner_id) for a in client.attempts(v1["dead"])] == \
+            [(1, "v1-worker"), (2, "v2-worker")]
+
+
+def test_v2_rolls_back_to_v1_without_loss(v1_database):
+    url, v1 = v1_database
+    migrate(url)
+    # The whole chain refuses at its first step (identities are retained),
+    # but v2 -> v1 loses nothing and goes through on its own.
+    with pytest.raises(fenceq.FenceqError) as refused:
+        rollback(url)
+    assert refused.value.sqlstate == "QF901"
+    with fenceq.connect(url) as client:
+        assert client.version() == "1"
+        assert client.complete(fenceq.Fence(**v1["live"]))
+        assert client.submit("work", "owned", {"n": 1}, submission_id="sub-owned") == v1["live"]["job_id"]
+    assert all(check.ok for check in migrate(url))
+    with fenceq.connect(url) as client:
+        assert client.version() == "2"
+
+
+def test_rollback_to_version_1_stops_there(v1_database):
+    url, v1 = v1_database
+    migrate(url)
+    assert rollback(url, to_version=1) == ["0002_fenceq_v2"]
+    assert rollback(url, to_version=1) == []  # already there
+    with fenceq.connect(url) as client:
+        assert client.version() == "1"
+        if url.startswith("postgresql"):  # v1's own admission check, back in the database
+            assert all(check.ok for check in client.verify_schema())
+        assert client.get_job(v1["pending"][0]).status == "pending"
+    with pytest.raises(fenceq.ConfigError):
+        rollback(url, to_version=3)
+    assert all(check.ok for check in migrate(url))

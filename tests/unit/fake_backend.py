@@ -1,0 +1,258 @@
+"""An in-memory ``AsyncBackend`` for unit tests of the worker's own logic
+(never a stand-in for the database: the real-database tests stay).
+
+It keeps just enough of fenceq's rules for the worker's protocols: claims
+with nonces and generations, fenced writes refused once the fence is stale,
+leases on an injected clock. Faults are scripted per operation: ``lose``
+applies the call and then reports ``PersistenceFailed`` (the answer was
+lost), ``drop`` reports it without applying (the call never arrived).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, AsyncIterator, Sequence
+
+from fenceq.backends import Capabilities, Notification
+from fenceq.errors import PersistenceFailed
+from fenceq.ops import Op
+from fenceq.types import Claim, ClaimState, Job, ReapResult
+
+DEFAULT_LEASE = timedelta(seconds=30)
+
+
+@dataclass
+class Row:
+    job_id: str
+    queue: str
+    task: str
+    payload: Any
+    max_attempts: int = 3
+    status: str = "pending"
+    attempts: int = 0
+    generation: int = 0
+    owner_id: str | None = None
+    claim_token: str | None = None
+    lease: timedelta | None = None
+    lease_expires_at: datetime | None = None
+    budget_expires_at: datetime | None = None
+    cancel_requested: bool = False
+    result: Any = None
+    last_error: str | None = None
+    checkpoints: dict[str, Any] = field(default_factory=dict)
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self, clock: Any, *, notifications: bool = False):
+        self.clock = clock
+        self.capabilities = Capabilities(notifications=notifications, poll_interval=0.5, control_poll=0.5)
+        self.rows: dict[str, Row] = {}
+        self.ledger: dict[str, tuple[str, int]] = {}    # claim token -> (job id, generation)
+        self.calls: list[tuple[str, float, dict[str, Any]]] = []  # (operation, clock time, arguments)
+        self.applied: Counter[str] = Counter()
+        self._lose: Counter[str] = Counter()
+        self._drop: Counter[str] = Counter()
+        self._ids = itertools.count(1)
+        self._notes: asyncio.Queue[Notification] = asyncio.Queue()
+
+    # Set-up and faults ---------------------------------------------------------
+
+    def submit(self, task: str, payload: Any = None, *, queue: str = "q", max_attempts: int = 3) -> str:
+        job_id = f"job-{next(self._ids)}"
+        self.rows[job_id] = Row(job_id, queue, task, payload, max_attempts)
+        return job_id
+
+    def lose(self, operation: str, times: int = 1) -> None:
+        self._lose[operation] += times
+
+    def drop(self, operation: str, times: int = 1) -> None:
+        self._drop[operation] += times
+
+    def notify(self, channel: str, payload: str) -> None:
+        self._notes.put_nowait(Notification(channel, payload))
+
+    def called(self, operation: str) -> list[dict[str, Any]]:
+        return [arguments for name, _, arguments in self.calls if name == operation]
+
+    # AsyncBackend ------------------------------------------------------------
+
+    async def run(self, op: Op) -> Any:
+        await asyncio.sleep(0)  # a call yields, as a real one does
+        arguments = {arg.name: arg.value for arg in op.args}
+        self.calls.append((op.name, self.clock.monotonic(), arguments))
+        if self._drop[op.name]:
+            self._drop[op.name] -= 1
+            raise PersistenceFailed()
+        answer = getattr(self, op.name)(**arguments)
+        self.applied[op.name] += 1
+        if self._lose[op.name]:
+            self._lose[op.name] -= 1
+            raise PersistenceFailed()
+        return answer
+
+    async def close(self) -> None:
+        pass  # one shared store; every "connection" is the same
+
+    @contextlib.asynccontextmanager
+    async def listen(self, channels: Sequence[str]) -> AsyncIterator[AsyncIterator[Notification]]:
+        async def notifications() -> AsyncIterator[Notification]:
+            while True:
+                note = await self._notes.get()
+                if note.channel in channels:
+                    yield note
+
+        yield notifications()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, duty: str) -> AsyncIterator["FakeBackend"]:
+        yield self
+
+    def schema_missing(self, error: BaseException) -> bool:
+        return False
+
+    # Operations ----------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.wall(), timezone.utc)
+
+    def _live(self, job_id: str, owner_id: str, generation: int, claim_token: str) -> Row | None:
+        row = self.rows.get(job_id)
+        if (row is None or row.status != "claimed" or row.generation != generation or row.owner_id != owner_id
+                or row.claim_token != claim_token or row.lease_expires_at is None
+                or row.lease_expires_at <= self.now()):
+            return None
+        return row
+
+    def _claim_of(self, row: Row) -> Claim:
+        return Claim(job_id=row.job_id, queue=row.queue, task=row.task, payload=row.payload, priority=0,
+                     attempt=row.attempts, max_attempts=row.max_attempts, owner_id=row.owner_id or "",
+                     generation=row.generation, claim_token=row.claim_token or "",
+                     lease_expires_at=row.lease_expires_at, budget_expires_at=row.budget_expires_at,
+                     cancel_requested=row.cancel_requested, checkpoints=dict(row.checkpoints))
+
+    def version(self) -> str:
+        return "1"
+
+    def claim_batch(self, queues: list[str], owner_id: str, claim_tokens: list[str],
+                    lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
+        pending = [row for row in self.rows.values() if row.status == "pending" and row.queue in queues]
+        claims = []
+        for row, token in zip(pending, claim_tokens):
+            row.status, row.owner_id, row.claim_token = "claimed", owner_id, token
+            row.generation += 1
+            row.attempts += 1
+            row.lease = lease or DEFAULT_LEASE
+            row.lease_expires_at = self.now() + row.lease
+            row.budget_expires_at = None if budget is None else self.now() + budget
+            self.ledger[token] = (row.job_id, row.generation)
+            claims.append(self._claim_of(row))
+        return claims
+
+    def claim_next(self, queues: list[str], owner_id: str, claim_token: str, lease: timedelta | None = None,
+                   budget: timedelta | None = None) -> Claim | None:
+        claims = self.claim_batch(queues, owner_id, [claim_token], lease, budget)
+        return claims[0] if claims else None
+
+    def recover_claim(self, owner_id: str, claim_token: str) -> Claim | None:
+        job_id, generation = self.ledger.get(claim_token, (None, None))
+        if job_id is None:
+            return None
+        row = self._live(job_id, owner_id, generation, claim_token)
+        return None if row is None else self._claim_of(row)
+
+    def heartbeat(self, job_id: str, owner_id: str, generation: int, claim_token: str,
+                  lease: timedelta | None = None) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None:
+            return False
+        row.lease_expires_at = self.now() + (lease or row.lease or DEFAULT_LEASE)
+        if row.budget_expires_at is not None:
+            row.lease_expires_at = min(row.lease_expires_at, row.budget_expires_at)
+        return True
+
+    def heartbeat_batch(self, job_ids: list[str], owner_ids: list[str], generations: list[int],
+                        claim_tokens: list[str], lease: timedelta | None = None) -> list[bool]:
+        return [self.heartbeat(*fence, lease=lease) for fence in zip(job_ids, owner_ids, generations, claim_tokens)]
+
+    def complete(self, job_id: str, owner_id: str, generation: int, claim_token: str,
+                 result: str | None = None) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None:
+            return False
+        row.status, row.lease_expires_at = "completed", None
+        row.result = None if result is None else json.loads(result)
+        return True
+
+    def complete_batch(self, job_ids: list[str], owner_ids: list[str], generations: list[int],
+                       claim_tokens: list[str], results: list[str | None] | None = None) -> list[bool]:
+        results = results or [None] * len(job_ids)
+        return [self.complete(*fence, result=result)
+                for fence, result in zip(zip(job_ids, owner_ids, generations, claim_tokens), results)]
+
+    def fail(self, job_id: str, owner_id: str, generation: int, claim_token: str, error: str, retry: bool,
+             retry_at: datetime | None = None) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None:
+            return False
+        row.status = "pending" if retry and row.attempts < row.max_attempts else "failed"
+        row.last_error, row.lease_expires_at = error, None
+        return True
+
+    def release(self, job_id: str, owner_id: str, generation: int, claim_token: str,
+                run_at: datetime | None = None) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None or row.cancel_requested:
+            return False
+        row.status, row.owner_id, row.lease_expires_at = "pending", None, None
+        row.attempts -= 1  # a release spends no attempt
+        return True
+
+    def checkpoint(self, job_id: str, owner_id: str, generation: int, claim_token: str, step: str,
+                   value: str) -> Any:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None:
+            return None
+        row.checkpoints.setdefault(step, json.loads(value))
+        row.lease_expires_at = self.now() + (row.lease or DEFAULT_LEASE)
+        return row.checkpoints[step]
+
+    def set_pid(self, job_id: str, owner_id: str, generation: int, claim_token: str, pid: int) -> bool:
+        return self._live(job_id, owner_id, generation, claim_token) is not None
+
+    def claim_state(self, job_id: str, owner_id: str, generation: int, claim_token: str) -> ClaimState | None:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        return None if row is None else ClaimState(cancel_requested=row.cancel_requested, pid=None)
+
+    def acknowledge_cancel(self, job_id: str, owner_id: str, generation: int, claim_token: str) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None or not row.cancel_requested:
+            return False
+        row.status, row.lease_expires_at = "cancelled", None
+        return True
+
+    def reap(self, max_rows: int | None = None) -> ReapResult:
+        lapsed = [row for row in self.rows.values()
+                  if row.status == "claimed" and row.lease_expires_at is not None and row.lease_expires_at <= self.now()]
+        for row in lapsed:
+            row.status, row.owner_id, row.lease_expires_at, row.last_error = "pending", None, None, "lease_expired"
+        return ReapResult(requeued=len(lapsed), failed=0, cancelled=0, expired=0)
+
+    def get_job(self, job_id: str) -> Job | None:
+        row = self.rows.get(job_id)
+        if row is None:
+            return None
+        return Job(job_id=row.job_id, queue=row.queue, task=row.task, payload=row.payload, priority=0,
+                   status=row.status, attempts=row.attempts, max_attempts=row.max_attempts, run_at=self.now(),
+                   expires_at=None, owner_id=row.owner_id, generation=row.generation,
+                   lease_expires_at=row.lease_expires_at, budget_expires_at=row.budget_expires_at,
+                   cancel_requested=row.cancel_requested, pid=None, result=row.result, last_error=row.last_error,
+                   submission_id=None, fingerprint=None, active_key=None, dlq_id=None, created_at=self.now(),
+                   finished_at=None)
