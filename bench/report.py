@@ -366,10 +366,11 @@ def render_run(run: dict, title: str | None = None) -> str:
         *_worker_section(run), "",
         "### SQLite (embedded default)", "", *_sqlite_section(run), "",
         "### Claim latency against backlog", "",
-        "One connection; claim + complete timed together; the backlog filled through `submit_batch` "
-        f"of 1,000 (bare: its batch insert of the same JSON) and vacuumed; {c['latency_warmup']} untimed "
-        f"pairs per system, then {c['latency_blocks']} blocks per system alternating between the "
-        "systems, each after a `CHECKPOINT`.", "",
+        "claim + complete timed together on one connection per backlog; the small backlog lives in a "
+        "second database on the same server so that both exist at once and its tables hold only it; "
+        "both filled through `submit_batch` of 1,000 (bare: its batch insert of the same JSON) and "
+        f"vacuumed; {c['latency_warmup']} untimed pairs each, then {c['latency_blocks']} blocks each, "
+        "rotating over system and backlog, a `CHECKPOINT` before every block.", "",
         *_latency_table(run), "",
         f"Phases: {phases}." + (f" Most CPU used by other processes in one phase: {busiest[1]:.0%} "
                                  f"({busiest[0]})." if busiest else ""), ""]

@@ -32,7 +32,7 @@ QUEUES = [Q_DRAIN, Q_BATCH, Q_SUBMIT, Q_LATENCY, Q_DIAG, worker_bench.QUEUE, wor
 
 @dataclass
 class Config:
-    rounds: int = 5
+    rounds: int = 7
     drain_jobs: dict[int, int] = field(default_factory=lambda: {1: 4000, 4: 8000, 16: 8000})
     batch_jobs: int = 20000
     batch_workers: int = 4
@@ -76,7 +76,8 @@ def paired_ratio(numerators: list[float], denominators: list[float]) -> float:
 
 
 class Bench:
-    def __init__(self, url: str, config: Config, log: Callable[[str], None]):
+    def __init__(self, server_url: str, url: str, config: Config, log: Callable[[str], None]):
+        self.server_url = server_url
         self.url = url
         self.config = config
         self.log = log
@@ -301,35 +302,47 @@ class Bench:
         self.log(f"  SQLite drain {full['drain_ratio']:.2f}×, submit {full['submit_ratio']:.2f}×")
 
     async def latency(self) -> None:
-        """claim + complete p50 on one connection with the queue at each
-        backlog (it stays between the backlog and that plus what one stage
-        claims), both systems filled through their batch insert. Short
-        blocks alternate between the systems, a CHECKPOINT before each, so
-        that both see the same drift in the disk's fsync latency."""
+        """claim + complete p50 on one connection per backlog, both backlogs
+        live at once: the small one in a second database, so that its tables
+        hold only it. Both systems fill through their batch insert. Short
+        blocks rotate over system and backlog, a CHECKPOINT before each, so
+        that all four see the same drift in the disk's fsync latency."""
         c = self.config
-        conn = self.conns[0]
+        small_url = db.recreate_database(self.server_url, self.admin.info.dbname + "_small")
+        try:
+            db.install(small_url, [Q_LATENCY])
+            with db.connect(small_url) as small_admin:
+                await self._latency_blocks({c.backlogs[0]: (small_url, small_admin),
+                                            c.backlogs[1]: (self.url, self.admin)})
+        finally:
+            db.drop_database(self.server_url, self.admin.info.dbname + "_small")
+
+    async def _latency_blocks(self, stages: dict[int, tuple]) -> None:
+        c = self.config
         per_block = c.latency_samples // c.latency_blocks
-        stage = c.latency_warmup + per_block * c.latency_blocks
-        pending = {system: 0 for system in SYSTEMS}
-        for backlog in c.backlogs:
-            fill_started = time.monotonic()
+        conns = {}
+        for backlog, (url, admin) in stages.items():
+            filled = time.monotonic()
             for system in SYSTEMS:
-                db.fill(self.admin, system, Q_LATENCY, backlog + stage - pending[system])
-                pending[system] = backlog
-            db.vacuum(self.admin)
-            self.results["phases"][f"latency fill {backlog:,}"] = time.monotonic() - fill_started
-            samples: dict[str, list[float]] = {system: [] for system in SYSTEMS}
+                db.fill(admin, system, Q_LATENCY, backlog + c.latency_warmup + c.latency_samples)
+            db.vacuum(admin)
+            self.results["phases"][f"latency fill {backlog:,}"] = time.monotonic() - filled
+            conns[backlog] = (await drivers.open_connections(url, 1))[0]
             for system in SYSTEMS:
-                await drivers.claim_complete_latencies(conn, system, Q_LATENCY, c.latency_warmup)
+                await drivers.claim_complete_latencies(conns[backlog], system, Q_LATENCY, c.latency_warmup)
+        combos = [(system, backlog) for backlog in stages for system in SYSTEMS]
+        samples: dict[tuple, list[float]] = {combo: [] for combo in combos}
+        try:
             for k in range(c.latency_blocks):
-                for system in alternate(k, SYSTEMS):
+                for system, backlog in alternate(k, combos):
                     db.checkpoint(self.admin)
-                    samples[system] += await drivers.claim_complete_latencies(
-                        conn, system, Q_LATENCY, per_block)
-            for system in SYSTEMS:
-                got = self.results["latency"][f"{system}/{backlog}"] = report.percentiles(samples[system])
-                self.log(f"  claim+complete p50 {system:6} at {backlog:>9,} pending: "
-                         f"{got['p50'] * 1e3:.3f} ms")
+                    samples[system, backlog] += await drivers.claim_complete_latencies(
+                        conns[backlog], system, Q_LATENCY, per_block)
+        finally:
+            await drivers.close_connections(list(conns.values()))
+        for (system, backlog), timings in samples.items():
+            got = self.results["latency"][f"{system}/{backlog}"] = report.percentiles(timings)
+            self.log(f"  claim+complete p50 {system:6} at {backlog:>9,} pending: {got['p50'] * 1e3:.3f} ms")
 
     # -- figures ---------------------------------------------------------------
 
@@ -381,6 +394,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "words: per-job, batched, submit, diagnostics, fenceq.worker, sqlite, claim); "
                         "implies printing instead of recording")
     parser.add_argument("--command", default="make bench", help="the command the report names")
+    parser.add_argument("--commit", help="the measured code's commit, when fenceq is imported from "
+                        "elsewhere than this checkout (e.g. an older version on PYTHONPATH)")
     return parser.parse_args(argv)
 
 
@@ -398,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.quick() if args.quick else Config()
     url = db.recreate_database(args.url, args.db)
     db.install(url, QUEUES)
-    bench = Bench(url, config, log)
+    bench = Bench(args.url, url, config, log)
     try:
         version = db.fenceq_version(bench.admin)
         preload = bench.admin.execute("SHOW shared_preload_libraries").fetchone()[0]
@@ -407,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                   "(FENCEQ_PG_STAT_STATEMENTS=1 scripts/pg-test-server start)", file=sys.stderr)
             return 2
         meta = {"label": args.label or f"v{version}", "version": version,
-                "commit": db.git_commit(REPO), "command": args.command + (" BENCH_ARGS=--quick" if args.quick else ""),
+                "commit": args.commit or db.git_commit(REPO),
+                "command": args.command + (" BENCH_ARGS=--quick" if args.quick else ""),
                 "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "machine": db.machine_facts(), "server": db.server_facts(bench.admin),
                 "config": asdict(config), "waldump": bench.stats.waldump is not None}
