@@ -162,6 +162,8 @@ def main() -> int:
     parser.add_argument("--install", help="fenceq install script (default: `fenceq sql` output)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per drain run")
+    parser.add_argument("--json", help="also write the figures to this file (make bench's report "
+                        "shows bench/runs/independent-*.json)")
     args = parser.parse_args()
     url = install(args.url, install_script(args.install))
     admin = psycopg.connect(url, autocommit=True)
@@ -193,11 +195,16 @@ def main() -> int:
                batches(sql.FQ_SUBMIT_BATCH, plain))
         paired(r, "owned submit_batch of 1,000 (vs plain submit_batch)", 1, batches(sql.FQ_SUBMIT_BATCH, plain),
                batches(sql.FQ_SUBMIT_BATCH, [requests(1000, f"r{r}-{k}") for k in range(3)]))
+    rows = [[label, statistics.median(b for b, _ in pairs), statistics.median(f for _, f in pairs),
+             statistics.median(f / b for b, f in pairs)] for label, pairs in ratios.items()]
     print(f"{'workload':52} {'baseline/s':>11} {'fenceq/s':>10} {'ratio':>7}")
-    for label, pairs in ratios.items():
-        print(f"{label:52} {statistics.median(b for b, _ in pairs):11,.0f} "
-              f"{statistics.median(f for _, f in pairs):10,.0f} "
-              f"{statistics.median(f / b for b, f in pairs):6.2f}x")
+    for label, baseline, fenceq, ratio in rows:
+        print(f"{label:52} {baseline:11,.0f} {fenceq:10,.0f} {ratio:6.2f}x")
+    if args.json:
+        version = admin.execute("SELECT fenceq.version()").fetchone()[0]
+        Path(args.json).write_text(json.dumps({
+            "version": version, "rounds": args.rounds, "jobs": n, "rows": rows,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1) + "\n")
     admin.close()
     return 0
 

@@ -391,8 +391,19 @@ def _comparison(runs: list[dict]) -> list[str]:
     return out
 
 
+def _independent_section(got: dict) -> list[str]:
+    return [f"## Independent check: bench/independent.py, v{got['version']}", "",
+            f"`python bench/independent.py --url … --rounds {got['rounds']} --jobs {got['jobs']:,}` on "
+            f"{got['date']}: plain psycopg in threads, one connection per worker, the same SQL text, a "
+            "`CHECKPOINT` before every timed run; median of the rounds. Compare the ratios with the "
+            "run above (noise on this machine: ±0.1).", "",
+            "| workload | baseline jobs/s | fenceq jobs/s | ratio |", "|---|---:|---:|---:|",
+            *[f"| {label} | {_n(baseline)} | {_n(fenceq)} | {ratio:.2f}× |"
+              for label, baseline, fenceq, ratio in got["rows"]], ""]
+
+
 def render(runs_dir: Path) -> str:
-    runs = sorted((json.loads(p.read_text()) for p in runs_dir.glob("*.json")),
+    runs = sorted((json.loads(p.read_text()) for p in runs_dir.glob("v*.json")),
                   key=lambda r: (int(r["meta"]["version"]), r["meta"]["date"]))
     bare = "\n".join(["```sql", sql.BARE_SCHEMA.strip(), "-- claim", sql.BARE_CLAIM.strip(), "-- complete",
                       sql.BARE_COMPLETE.strip(), "```"])
@@ -410,7 +421,8 @@ def render(runs_dir: Path) -> str:
         "none`) so that neither side pays for it, the per-call diagnostics switch it on. "
         "`python bench/independent.py` reproduces the PostgreSQL ratios with plain psycopg and threads, "
         "outside this package.", "",
-        "Run it: `make bench` (about 20 minutes; starts the durable server on port 54339). "
+        "Run it: `make bench` (9 minutes on this 2-core machine when quiet, 16 with other test "
+        "suites running; it starts the durable server on port 54339). "
         "`make bench BENCH_ARGS=--quick` is a development run (100k backlog, fewer rounds) that prints "
         "its report and records nothing.", ""]
     if runs:
@@ -419,5 +431,7 @@ def render(runs_dir: Path) -> str:
             m = run["meta"]
             lines.append(render_run(run, f"{'Before' if i == 0 else 'After'}: {m['label']} at commit "
                                          f"{m['commit']}"))
+    for path in sorted(runs_dir.glob("independent-*.json")):
+        lines += _independent_section(json.loads(path.read_text()))
     lines += ["## The bare baseline", "", "`bench/statements.py`:", "", bare, ""]
     return "\n".join(lines)

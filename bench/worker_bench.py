@@ -180,9 +180,9 @@ IMPORTS = {"fenceq": ["fenceq.worker"], "pgqueuer": ["asyncpg", "pgqueuer"], "wa
 PROFILE_GROUPS = [
     ("waiting in the event loop's poll (round trips, idle)", ("method 'poll' of 'select.epoll'",)),
     ("fenceq client validation (validate.py, canonical.py)", ("fenceq/validate.py", "fenceq/canonical.py")),
-    ("fenceq client call layer (client.py, _postgres.py, types.py)",
-     ("fenceq/client.py", "fenceq/_postgres.py", "fenceq/types.py", "fenceq/errors.py")),
-    ("fenceq worker (worker.py, _worker_log.py)", ("fenceq/worker.py", "fenceq/_worker_log.py")),
+    ("fenceq client call layer (client.py, backends, types.py)",
+     ("fenceq/client.py", "fenceq/_postgres.py", "fenceq/backends/", "fenceq/types.py", "fenceq/errors.py")),
+    ("fenceq worker (claim loop, dispatch, completion, heartbeats)", ("fenceq/worker", "fenceq/_worker_log.py")),
     ("psycopg (query building, encoding, decoding, protocol)", ("psycopg",)),
     ("asyncio event loop (scheduling, callbacks, transports)", ("asyncio/", "selectors.py")),
 ]
