@@ -65,7 +65,7 @@ CREATE INDEX IF NOT EXISTS jobs_pending ON jobs (priority DESC, id) WHERE status
 # Setup ----------------------------------------------------------------------------
 
 def _bare_connection(path: Path, synchronous: str) -> sqlite3.Connection:
-    """The client's connection settings (see fenceq._sqlite.open_connection)."""
+    """The client's connection settings (see fenceq.backends.sqlite.open_connection)."""
     connection = sqlite3.connect(str(path), timeout=10.0, isolation_level=None,
                                  check_same_thread=False, cached_statements=512)
     connection.execute("PRAGMA journal_mode = WAL").fetchall()

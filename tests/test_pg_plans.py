@@ -83,3 +83,22 @@ def test_claim_batch_renumbers_arrays_with_other_bounds(pg):
         rows = conn.execute("SELECT claim_token FROM fenceq.claim_batch('[5:5]={q}'::text[], 'w', "
                             "'[0:1]={tok-a,tok-b}'::text[])").fetchall()
     assert sorted(r[0] for r in rows) == ["tok-a", "tok-b"]
+
+
+@pytest.mark.parametrize("call", ["complete_batch", "heartbeat_batch"])
+def test_batch_writes_probe_their_fences_not_every_claim_in_flight(pg, call):
+    """With thousands of claims in flight, a batch of fences is answered by
+    primary-key probes, not by reading every claimed job."""
+    with pg.connect() as client:
+        client.create_queue("q")
+        client.submit_batch("q", [{"task": "t"} for _ in range(3000)])
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            admin.execute("VACUUM ANALYZE fenceq._jobs")  # no claim yet: the planner expects none
+        claims = client.claim_batch(["q"], "w", [fenceq.new_claim_token() for _ in range(3000)])
+    mine = claims[:2]
+    with psycopg.connect(pg.url, autocommit=True) as session:
+        plans = _nested_plans(session, f"SELECT fenceq.{call}(%s, %s, %s, %s)",
+                              ([c.job_id for c in mine], [c.owner_id for c in mine],
+                               [c.generation for c in mine], [c.claim_token for c in mine]))
+    assert "_jobs_pkey" in plans, plans
+    assert "_jobs_claimed_idx" not in plans and "Hash Join" not in plans, plans

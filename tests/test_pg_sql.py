@@ -299,3 +299,16 @@ def test_replaying_a_dead_letter_whose_key_is_taken_is_qf202(seeded):
             client.replay_dead_letter(dlq_id)
         assert info.value.sqlstate == "QF202"
         assert seeded.sql(SNAPSHOT) == before
+
+
+@pytest.mark.parametrize("call, code", [
+    ("SELECT fenceq.heartbeat(NULL, '', 0, NULL, lease => interval '0')", "QF105"),
+    ("SELECT fenceq.complete(NULL, '', 0, NULL, result => %s::jsonb)", "QF103"),
+    ("SELECT fenceq.heartbeat(NULL, '', 0, NULL)", "QF106"),
+])
+def test_a_bad_value_is_named_before_a_malformed_fence(seeded, call, code):
+    deep = "[" * 129 + "]" * 129
+    with psycopg.connect(seeded.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(call, (deep,) if "%s" in call else None)
+    assert info.value.sqlstate == code

@@ -3,6 +3,7 @@ with a fresh install (docs/guarantees.md §3)."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 
 import psycopg
@@ -73,3 +74,52 @@ def test_every_public_view_has_a_comment(pg):
                   " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'fenceq' AND c.relkind = 'v'")
     assert {name for name, _ in rows} == {"jobs", "attempts", "queue_stats", "dead_letters"}
     assert all(comment for _, comment in rows)
+
+
+INLINED_HELPER_TAMPERING = {
+    # A checking helper swapped for a SQL function that checks nothing.
+    "a helper that is not on the list": [
+        "DROP FUNCTION fenceq._check_json(jsonb, text)",
+        "CREATE FUNCTION fenceq._check_json(value jsonb, what text) RETURNS void LANGUAGE sql AS $$ SELECT $$",
+        "ALTER FUNCTION fenceq._check_json(jsonb, text) OWNER TO fenceq_owner",
+        "REVOKE ALL ON FUNCTION fenceq._check_json(jsonb, text) FROM PUBLIC"],
+    # An inlined helper bound to an object outside pg_catalog and fenceq.
+    "a helper bound outside pg_catalog": [
+        "CREATE FUNCTION public.planted(numeric, integer) RETURNS boolean LANGUAGE sql RETURN true",
+        "CREATE OPERATOR public.>= (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = public.planted)",
+        "CREATE OR REPLACE FUNCTION fenceq._is_plain_json_int(value jsonb, min integer) RETURNS boolean"
+        " LANGUAGE sql IMMUTABLE RETURN (value #>> '{}')::numeric OPERATOR(public.>=) min"],
+    "a helper granted to a role": ["GRANT EXECUTE ON FUNCTION fenceq._new_job_id() TO fenceq_producer"],
+}
+
+
+@pytest.mark.parametrize("tampering", sorted(INLINED_HELPER_TAMPERING))
+def test_security_definer_check_admits_only_the_inlined_helpers_as_shipped(pg, tampering):
+    for statement in INLINED_HELPER_TAMPERING[tampering]:
+        pg.sql(statement)
+    failed = {row[0] for row in pg.sql("SELECT check_name FROM fenceq.verify_schema() WHERE NOT ok")}
+    assert failed == {"security_definer"}
+
+
+def test_install_script_binds_helpers_to_pg_catalog_whatever_the_installer_path(pg):
+    """The SQL-bodied helpers are bound when created: an operator planted in
+    the installer's search_path must not be the one they use."""
+    name = "fenceq_planted_" + uuid.uuid4().hex[:10]
+    pg.sql(f"CREATE DATABASE {name}")
+    url = pg_url(name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE FUNCTION public.planted(numeric, integer) RETURNS boolean LANGUAGE plpgsql"
+                         " AS $$BEGIN RAISE EXCEPTION 'planted operator ran'; END$$")
+            conn.execute("CREATE OPERATOR public.>= (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = public.planted)")
+        shown = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-q", "-At",
+                                "-c", "SET search_path = public, pg_catalog", "-f", "-", "-c", "SHOW search_path"],
+                               input=install_script("postgres"), text=True, check=True, capture_output=True)
+        assert shown.stdout.splitlines()[-1] == "public, pg_catalog"  # the installer's path, put back
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT fenceq.create_queue('q')")
+            (ids,) = conn.execute("""SELECT fenceq.submit_batch('q', '[{"task": "t", "priority": 1,
+                                     "submission_id": "s"}]')""").fetchone()
+            assert len(ids) == 1
+    finally:
+        pg.sql(f"DROP DATABASE {name} WITH (FORCE)")

@@ -200,3 +200,19 @@ def test_run_at_in_the_future_is_not_claimed_yet(client, queue):
     client.submit(queue, "later", run_at=datetime.now(timezone.utc) + timedelta(hours=1))
     assert client.claim_next([queue], "w", fenceq.new_claim_token()) is None
     assert [(s.pending, s.due) for s in client.stats()] == [(1, 0)]
+
+
+def test_a_generated_job_id_that_collides_is_refused_whole(pg):
+    """Forced by making the generator constant: the submission identity is
+    not retained for a job it does not name (PostgreSQL)."""
+    pg.sql("CREATE OR REPLACE FUNCTION fenceq._new_job_id() RETURNS text LANGUAGE sql VOLATILE"
+           " RETURN '00000000-0000-7000-8000-000000000000'")
+    with pg.connect() as client:
+        client.create_queue("q")
+        first = client.submit("q", "first")
+        with raises_code("QF203"):
+            client.submit("q", "second", submission_id="S")
+        with raises_code("QF203"):
+            client.submit_batch("q", [{"task": "a", "submission_id": "A"}, {"task": "b", "submission_id": "B"}])
+        assert pg.sql("SELECT count(*) FROM fenceq._submissions") == [(0,)]
+        assert [j.job_id for j in [client.get_job(first)]] == [first]

@@ -8,6 +8,13 @@
 -- This file is idempotent: every object is created only when missing, so the
 -- install script can be applied again safely.
 
+-- Names in the SQL-bodied helpers (RETURN ...) are bound when they are
+-- created, so the install runs on a search_path nobody else can write to
+-- (pg_temp is never searched for functions or operators); part 9 puts the
+-- caller's path back. Transaction-local: it ends with the install anyway.
+SELECT set_config('fenceq.installer_search_path', current_setting('search_path'), true),
+       set_config('search_path', 'pg_catalog, pg_temp', true);
+
 CREATE SCHEMA IF NOT EXISTS fenceq;
 COMMENT ON SCHEMA fenceq IS
     'fenceq: a fenced, owned work queue. Call the functions; the _tables are private.';

@@ -365,9 +365,10 @@ COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
 -- Deliberately a plain SQL function: not SECURITY DEFINER and with no SET
 -- clause, so the planner inlines it into the calling statement at no cost
 -- (a nested PL/pgSQL call would cost more than the check). Such helpers
--- read no table, run only inside callers that pin search_path, and are
--- granted to no role; verify_schema allows exactly this shape for private
--- helpers and nothing looser.
+-- read no table, run only inside callers that pin search_path, are granted
+-- to no role, and have SQL-standard bodies bound at creation to pg_catalog
+-- (part 1 installs on that search_path); verify_schema admits exactly these
+-- helpers, by name, in exactly this shape.
 CREATE OR REPLACE FUNCTION fenceq._is_plain_duration(value interval)
 RETURNS boolean
 LANGUAGE sql

@@ -192,6 +192,7 @@ DECLARE
     v_fingerprint text;
     v_job_id text;
     v_notify boolean;
+    v_reserved boolean;
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
@@ -230,10 +231,16 @@ BEGIN
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
         RETURNING j.job_id, j.run_at <= j.created_at AS due)
-    SELECT i.job_id, i.due AND q.notify INTO v_job_id, v_notify
+    SELECT i.job_id, i.due AND q.notify, EXISTS (SELECT 1 FROM reserved)
+      INTO v_job_id, v_notify, v_reserved
       FROM queue AS q LEFT JOIN inserted AS i ON true;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_job_id IS NULL AND v_reserved THEN
+        -- The identity was reserved but the generated job id is taken (a
+        -- UUID collision): refuse whole, so the reservation goes too.
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
     END IF;
     IF v_job_id IS NULL THEN
         SELECT * INTO v_existing FROM fenceq._submissions AS s WHERE s.submission_id = submit.submission_id;
@@ -243,8 +250,7 @@ BEGIN
         IF v_existing.submission_id IS NOT NULL THEN
             PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
         END IF;
-        -- A generated job id that is taken (a UUID collision): refuse whole.
-        PERFORM fenceq._raise('QF203', 'the job id is taken');
+        PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
     END IF;
     IF v_notify THEN
         PERFORM pg_notify('fenceq_jobs', submit.queue);
@@ -401,6 +407,7 @@ DECLARE
     v_fingerprints text[];
     v_new_ids text[];
     v_fresh bigint[];
+    v_inserted bigint;
     v_conflict bigint;
 BEGIN
     PERFORM fenceq._check_name(submit_batch.queue, 'queue');
@@ -528,7 +535,8 @@ BEGIN
           FROM unnest(v_fresh) AS f(i)
          ORDER BY f.i  -- seq follows input order
         ON CONFLICT DO NOTHING;
-        IF NOT FOUND AND cardinality(v_fresh) > 0 THEN
+        GET DIAGNOSTICS v_inserted = ROW_COUNT;
+        IF v_inserted <> coalesce(cardinality(v_fresh), 0) THEN
             PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
         END IF;
         IF cardinality(v_fresh) > 0 AND v_queue.notify THEN

@@ -424,12 +424,12 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
     IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
                                            heartbeat.generation, heartbeat.claim_token), false) THEN
         PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
-    END IF;
-    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
-        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
     END IF;
     WITH locked AS MATERIALIZED (
         SELECT l.*, clock_timestamp() AS locked_at FROM (
@@ -520,8 +520,12 @@ BEGIN
                       heartbeat_batch.generations, heartbeat_batch.claim_tokens)
                WITH ORDINALITY AS f(j, o, g, t, i)),
     live AS (
-        SELECT f.i, f.j FROM fences AS f JOIN fenceq._jobs AS j
-            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+        -- One primary-key probe per fence (the lateral subquery is kept
+        -- apart by OFFSET 0): joined freely, the planner may hash every
+        -- claimed job instead, however many are in flight.
+        SELECT f.i, f.j FROM fences AS f
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
            AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
     renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
         UPDATE fenceq._jobs AS j
@@ -555,12 +559,12 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT fenceq._is_plain_json(complete.result) THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
     IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
                                            complete.generation, complete.claim_token), false) THEN
         PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
-    END IF;
-    IF NOT fenceq._is_plain_json(complete.result) THEN
-        PERFORM fenceq._check_json(complete.result, 'result');
     END IF;
     WITH locked AS MATERIALIZED (
         SELECT l.*, clock_timestamp() AS locked_at FROM (
@@ -624,8 +628,9 @@ BEGIN
                WITH ORDINALITY AS f(j, o, g, t, i)),
     winners AS (
         SELECT DISTINCT ON (f.j) f.j, f.i
-          FROM fences AS f JOIN fenceq._jobs AS j
-            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+          FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
            AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
            AND NOT j.cancel_requested
          ORDER BY f.j, f.i),

@@ -176,15 +176,31 @@ BEGIN
     detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
     RETURN NEXT;
 
-    -- The one exception: private helpers the planner inlines into their
-    -- caller's statement (see _is_plain_duration): SQL functions with no SET
-    -- clause, which run only inside their callers, with the callers' rights
-    -- and pinned settings (no role is granted a private function).
+    -- The one exception: the private helpers the planner inlines into their
+    -- caller's statement (see _is_plain_duration), by name. Each must be a
+    -- SQL function with a SQL-standard body (bound at creation, so its
+    -- dependencies are recorded), no SET clause, nothing it depends on
+    -- outside pg_catalog and fenceq, and no role but its owner may run it.
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
-       AND NOT (p.proname LIKE '\_%' AND p.proconfig IS NULL
-                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql'));
+       AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
+                    '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
+                    '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
+                    '_is_plain_time(timestamp with time zone)', '_new_job_id()')
+                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
+                AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
+                AND NOT EXISTS (
+                    SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+                     WHERE a.grantee <> p.proowner)
+                AND NOT EXISTS (
+                    SELECT 1 FROM pg_depend AS d
+                      LEFT JOIN pg_proc AS dp ON d.refclassid = 'pg_proc'::regclass AND dp.oid = d.refobjid
+                      LEFT JOIN pg_operator AS dop ON d.refclassid = 'pg_operator'::regclass AND dop.oid = d.refobjid
+                      LEFT JOIN pg_type AS dt ON d.refclassid = 'pg_type'::regclass AND dt.oid = d.refobjid
+                     WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                       AND coalesce(dp.pronamespace, dop.oprnamespace, dt.typnamespace)
+                           NOT IN ('pg_catalog'::regnamespace, n.oid)));
     check_name := 'security_definer'; ok := v_bad IS NULL;
     detail := coalesce('not SECURITY DEFINER: ' || v_bad,
                        'every function is SECURITY DEFINER but the inlined private helpers');

@@ -138,3 +138,7 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The installer's own search_path again (see part 1), for whatever its
+-- transaction runs next (the migration bookkeeping, for one).
+SELECT set_config('search_path', current_setting('fenceq.installer_search_path'), true);

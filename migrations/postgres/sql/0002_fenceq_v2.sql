@@ -18,6 +18,13 @@ DROP FUNCTION IF EXISTS fenceq._claim(text[], text, text[], interval, interval);
 -- This file is idempotent: every object is created only when missing, so the
 -- install script can be applied again safely.
 
+-- Names in the SQL-bodied helpers (RETURN ...) are bound when they are
+-- created, so the install runs on a search_path nobody else can write to
+-- (pg_temp is never searched for functions or operators); part 9 puts the
+-- caller's path back. Transaction-local: it ends with the install anyway.
+SELECT set_config('fenceq.installer_search_path', current_setting('search_path'), true),
+       set_config('search_path', 'pg_catalog, pg_temp', true);
+
 CREATE SCHEMA IF NOT EXISTS fenceq;
 COMMENT ON SCHEMA fenceq IS
     'fenceq: a fenced, owned work queue. Call the functions; the _tables are private.';
@@ -547,9 +554,10 @@ COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
 -- Deliberately a plain SQL function: not SECURITY DEFINER and with no SET
 -- clause, so the planner inlines it into the calling statement at no cost
 -- (a nested PL/pgSQL call would cost more than the check). Such helpers
--- read no table, run only inside callers that pin search_path, and are
--- granted to no role; verify_schema allows exactly this shape for private
--- helpers and nothing looser.
+-- read no table, run only inside callers that pin search_path, are granted
+-- to no role, and have SQL-standard bodies bound at creation to pg_catalog
+-- (part 1 installs on that search_path); verify_schema admits exactly these
+-- helpers, by name, in exactly this shape.
 CREATE OR REPLACE FUNCTION fenceq._is_plain_duration(value interval)
 RETURNS boolean
 LANGUAGE sql
@@ -1044,6 +1052,7 @@ DECLARE
     v_fingerprint text;
     v_job_id text;
     v_notify boolean;
+    v_reserved boolean;
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
@@ -1082,10 +1091,16 @@ BEGIN
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
         RETURNING j.job_id, j.run_at <= j.created_at AS due)
-    SELECT i.job_id, i.due AND q.notify INTO v_job_id, v_notify
+    SELECT i.job_id, i.due AND q.notify, EXISTS (SELECT 1 FROM reserved)
+      INTO v_job_id, v_notify, v_reserved
       FROM queue AS q LEFT JOIN inserted AS i ON true;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_job_id IS NULL AND v_reserved THEN
+        -- The identity was reserved but the generated job id is taken (a
+        -- UUID collision): refuse whole, so the reservation goes too.
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
     END IF;
     IF v_job_id IS NULL THEN
         SELECT * INTO v_existing FROM fenceq._submissions AS s WHERE s.submission_id = submit.submission_id;
@@ -1095,8 +1110,7 @@ BEGIN
         IF v_existing.submission_id IS NOT NULL THEN
             PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
         END IF;
-        -- A generated job id that is taken (a UUID collision): refuse whole.
-        PERFORM fenceq._raise('QF203', 'the job id is taken');
+        PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
     END IF;
     IF v_notify THEN
         PERFORM pg_notify('fenceq_jobs', submit.queue);
@@ -1253,6 +1267,7 @@ DECLARE
     v_fingerprints text[];
     v_new_ids text[];
     v_fresh bigint[];
+    v_inserted bigint;
     v_conflict bigint;
 BEGIN
     PERFORM fenceq._check_name(submit_batch.queue, 'queue');
@@ -1380,7 +1395,8 @@ BEGIN
           FROM unnest(v_fresh) AS f(i)
          ORDER BY f.i  -- seq follows input order
         ON CONFLICT DO NOTHING;
-        IF NOT FOUND AND cardinality(v_fresh) > 0 THEN
+        GET DIAGNOSTICS v_inserted = ROW_COUNT;
+        IF v_inserted <> coalesce(cardinality(v_fresh), 0) THEN
             PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
         END IF;
         IF cardinality(v_fresh) > 0 AND v_queue.notify THEN
@@ -1855,12 +1871,12 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
     IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
                                            heartbeat.generation, heartbeat.claim_token), false) THEN
         PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
-    END IF;
-    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
-        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
     END IF;
     WITH locked AS MATERIALIZED (
         SELECT l.*, clock_timestamp() AS locked_at FROM (
@@ -1951,8 +1967,12 @@ BEGIN
                       heartbeat_batch.generations, heartbeat_batch.claim_tokens)
                WITH ORDINALITY AS f(j, o, g, t, i)),
     live AS (
-        SELECT f.i, f.j FROM fences AS f JOIN fenceq._jobs AS j
-            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+        -- One primary-key probe per fence (the lateral subquery is kept
+        -- apart by OFFSET 0): joined freely, the planner may hash every
+        -- claimed job instead, however many are in flight.
+        SELECT f.i, f.j FROM fences AS f
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
            AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
     renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
         UPDATE fenceq._jobs AS j
@@ -1986,12 +2006,12 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF NOT fenceq._is_plain_json(complete.result) THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
     IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
                                            complete.generation, complete.claim_token), false) THEN
         PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
-    END IF;
-    IF NOT fenceq._is_plain_json(complete.result) THEN
-        PERFORM fenceq._check_json(complete.result, 'result');
     END IF;
     WITH locked AS MATERIALIZED (
         SELECT l.*, clock_timestamp() AS locked_at FROM (
@@ -2055,8 +2075,9 @@ BEGIN
                WITH ORDINALITY AS f(j, o, g, t, i)),
     winners AS (
         SELECT DISTINCT ON (f.j) f.j, f.i
-          FROM fences AS f JOIN fenceq._jobs AS j
-            ON j.job_id = f.j AND j.status = 'claimed' AND j.owner_id = f.o
+          FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
            AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
            AND NOT j.cancel_requested
          ORDER BY f.j, f.i),
@@ -2851,15 +2872,31 @@ BEGIN
     detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
     RETURN NEXT;
 
-    -- The one exception: private helpers the planner inlines into their
-    -- caller's statement (see _is_plain_duration): SQL functions with no SET
-    -- clause, which run only inside their callers, with the callers' rights
-    -- and pinned settings (no role is granted a private function).
+    -- The one exception: the private helpers the planner inlines into their
+    -- caller's statement (see _is_plain_duration), by name. Each must be a
+    -- SQL function with a SQL-standard body (bound at creation, so its
+    -- dependencies are recorded), no SET clause, nothing it depends on
+    -- outside pg_catalog and fenceq, and no role but its owner may run it.
     SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
-       AND NOT (p.proname LIKE '\_%' AND p.proconfig IS NULL
-                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql'));
+       AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
+                    '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
+                    '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
+                    '_is_plain_time(timestamp with time zone)', '_new_job_id()')
+                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
+                AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
+                AND NOT EXISTS (
+                    SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+                     WHERE a.grantee <> p.proowner)
+                AND NOT EXISTS (
+                    SELECT 1 FROM pg_depend AS d
+                      LEFT JOIN pg_proc AS dp ON d.refclassid = 'pg_proc'::regclass AND dp.oid = d.refobjid
+                      LEFT JOIN pg_operator AS dop ON d.refclassid = 'pg_operator'::regclass AND dop.oid = d.refobjid
+                      LEFT JOIN pg_type AS dt ON d.refclassid = 'pg_type'::regclass AND dt.oid = d.refobjid
+                     WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                       AND coalesce(dp.pronamespace, dop.oprnamespace, dt.typnamespace)
+                           NOT IN ('pg_catalog'::regnamespace, n.oid)));
     check_name := 'security_definer'; ok := v_bad IS NULL;
     detail := coalesce('not SECURITY DEFINER: ' || v_bad,
                        'every function is SECURITY DEFINER but the inlined private helpers');
@@ -3043,3 +3080,7 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The installer's own search_path again (see part 1), for whatever its
+-- transaction runs next (the migration bookkeeping, for one).
+SELECT set_config('search_path', current_setting('fenceq.installer_search_path'), true);

@@ -6,7 +6,8 @@ is decoded by the kind its declared type names: a record's fields
 ``cancel_requested`` column is a boolean in a ``Job`` and a count in a
 ``QueueStats``, as each record declares. A backend turns its engine's wire
 values into Python values with ``Kind`` (PostgreSQL's driver already does),
-then ``answer`` shapes them.
+then ``answer`` shapes them: only the kinds a backend has a decoder for
+are touched, the rest (the engine's text and numbers) are taken as they are.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _KINDS = ((bool, Kind.BOOLEAN), (int, Kind.INTEGER), (float, Kind.DOUBLE), (str,
           (datetime, Kind.TIMESTAMP), (timedelta, Kind.INTERVAL))
 
 
+@functools.cache
 def kind_of(declared: Any) -> Kind:
     """The kind a declared Python type names (``X | None`` names X's)."""
     if typing.get_origin(declared) in (typing.Union, types.UnionType):
@@ -53,32 +55,46 @@ def column_kinds(record: type) -> Mapping[str, Kind]:
     return {f.name: kind_of(hints[f.name]) for f in dataclasses.fields(record)}
 
 
-Decode = Callable[[Kind, Any], Any]
+@functools.cache
+def columns_by_kind(record: type) -> Mapping[Kind, tuple[str, ...]]:
+    """The fields of a record class grouped by kind (a decoder visits only its own)."""
+    grouped: dict[Kind, tuple[str, ...]] = {}
+    for column, kind in column_kinds(record).items():
+        grouped[kind] = grouped.get(kind, ()) + (column,)
+    return grouped
 
 
-def answer(op: Op, rows: list[dict[str, Any]], decode: Decode | None = None) -> Any:
+# A backend's decoders: from one non-NULL wire value of a kind to its Python
+# value. Kinds without one are passed through.
+Decoders = Mapping[Kind, Callable[[Any], Any]]
+
+
+def answer(op: Op, rows: list[dict[str, Any]], decoders: Decoders | None = None) -> Any:
     """The method's answer from the rows a call returned (a scalar arrives
-    as the column ``value`` of the first row). ``decode`` turns one
-    non-NULL wire value of a kind into its Python value; without it the
-    driver's values are used as they are."""
+    as the column ``value`` of the first row). Without ``decoders`` the
+    driver's values are used as they are; the row dicts are decoded in
+    place."""
     if op.shape == Shape.VOID:
         return None
     if op.shape == Shape.SCALAR:
         value = rows[0]["value"] if rows else None
-        if value is None or decode is None or op.returns is None:
+        if value is None or not decoders or op.returns is None:
             return value
-        return decode(kind_of(op.returns), value)
-    records = [_record(op.returns, row, decode) for row in rows]
+        decoder = decoders.get(kind_of(op.returns))
+        return value if decoder is None else decoder(value)
+    records = [_record(op.returns, row, decoders) for row in rows]
     if op.shape == Shape.ROWS:
         return records
     return records[0] if records else None
 
 
-def _record(record: type | None, row: dict[str, Any], decode: Decode | None) -> Any:
+def _record(record: type | None, row: dict[str, Any], decoders: Decoders | None) -> Any:
     if record is None:
         return row
-    if decode is not None:
-        kinds = column_kinds(record)
-        row = {column: value if value is None else decode(kinds[column], value)
-               for column, value in row.items()}
+    if decoders:
+        columns = columns_by_kind(record)
+        for kind, decoder in decoders.items():
+            for column in columns.get(kind, ()):
+                if row.get(column) is not None:
+                    row[column] = decoder(row[column])
     return record(**row)

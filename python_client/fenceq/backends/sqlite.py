@@ -168,26 +168,31 @@ def _fingerprint(queue: str, request: SubmitRequest) -> str | None:
         active_key=request.active_key, force=request.force)
 
 
-def _encode(kind: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if kind == "interval":
-        return interval_micros(value)
-    if kind == "timestamptz":
-        return canonical.utc_text(value)
-    if kind == "boolean":
-        return int(value)
-    if kind in ("text[]", "bigint[]"):
-        return _json_array_text(list(value))
-    if kind == "jsonb[]":
-        return "[" + ",".join("null" if text is None else text for text in value) + "]"
-    return value
+def _jsonb_array_text(values: Any) -> str:
+    return "[" + ",".join("null" if text is None else text for text in values) + "]"
+
+
+# How each argument kind travels; kinds not named here (text, integers,
+# doubles, canonical JSON text) are bound as they are.
+_ENCODERS = {
+    "interval": interval_micros,
+    "timestamptz": canonical.utc_text,
+    "boolean": int,
+    "text[]": _json_array_text,
+    "bigint[]": _json_array_text,
+    "jsonb[]": _jsonb_array_text,
+}
 
 
 def parameters(op: Op) -> dict[str, Any]:
     """The named parameters of an operation's statement file."""
+    params = {}
+    for arg in op.args:
+        encoder = _ENCODERS.get(arg.kind)
+        params[arg.name] = arg.value if encoder is None or arg.value is None else encoder(arg.value)
+    if op.name not in ("submit", "submit_batch"):
+        return params
     values = {arg.name: arg.value for arg in op.args}
-    params = {arg.name: _encode(arg.kind, arg.value) for arg in op.args}
     if op.name == "submit_batch":
         params["requests"] = "[" + ",".join(_request_json(values["queue"], request)
                                             for request in values["requests"]) + "]"
@@ -206,19 +211,19 @@ def parameters(op: Op) -> dict[str, Any]:
 
 # Results ------------------------------------------------------------------------
 
-def decode(kind: Kind, value: Any) -> Any:
-    """A non-NULL SQLite value as the Python value of its declared kind:
-    timestamps are UTC text, intervals integer microseconds, booleans 0 or
-    1, JSON (arrays included) canonical text."""
-    if kind is Kind.TIMESTAMP:
-        return datetime.fromisoformat(value)
-    if kind is Kind.INTERVAL:
-        return timedelta(microseconds=value)
-    if kind is Kind.BOOLEAN:
-        return bool(value)
-    if kind is Kind.JSON:
-        return json.loads(value)
-    return value
+def _micros_interval(value: int) -> timedelta:
+    return timedelta(microseconds=value)
+
+
+# SQLite's values as the Python values of their declared kinds: timestamps
+# are UTC text, intervals integer microseconds, booleans 0 or 1, JSON
+# (arrays included) canonical text; text and numbers are Python's already.
+DECODERS = {
+    Kind.TIMESTAMP: datetime.fromisoformat,
+    Kind.INTERVAL: _micros_interval,
+    Kind.BOOLEAN: bool,
+    Kind.JSON: json.loads,
+}
 
 
 # Connections --------------------------------------------------------------------
@@ -298,7 +303,6 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
             sqlstate, message, detail = rows[0][:3]
             cause = StatementFailed(sqlstate, message, detail)
             raise translate(sqlstate, message, detail) from cause
-        columns = [d[0] for d in cursor.description][3:]
         run("COMMIT")
     except sqlite3.Error as exc:
         _rollback(connection)
@@ -306,6 +310,9 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
     except BaseException:
         _rollback(connection)
         raise
+    if not rows:
+        return []
+    columns = [d[0] for d in cursor.description][3:]
     return [dict(zip(columns, row[3:])) for row in rows]
 
 
@@ -328,7 +335,7 @@ class SqliteBackend:
                 rows = _IN_PYTHON[op.name](self._connection)
             else:
                 rows = execute(self._connection, op, self._prepared)
-        return answer(op, rows, decode)
+        return answer(op, rows, DECODERS)
 
     def close(self) -> None:
         with self._lock:
