@@ -24,12 +24,16 @@ test: install pg-start
 	$(BIN)/pytest -q
 
 BENCH_PG_URL := postgresql://postgres@127.0.0.1:54339/postgres
+BENCH_ARGS ?=
 
-bench: install
-	FENCEQ_PG_DURABLE=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
-	$(BIN)/python -m bench --url $(BENCH_PG_URL)
-	$(BIN)/python bench/worker_bench.py --url $(BENCH_PG_URL) --jobs 4000 --samples 200 --markdown docs/benchmarks.md
-	$(BIN)/python bench/sqlite_bench.py --jobs 2000 --markdown docs/benchmarks.md
+# The comparison system of issue 8, in the bench environment only.
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet 'pgqueuer==1.6.*' asyncpg
+	touch $@
+
+bench: install $(VENV)/.bench-installed
+	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
+	$(BIN)/python -m bench --url $(BENCH_PG_URL) $(BENCH_ARGS)
 
 sql: install
 	$(BIN)/fenceq sql --backend postgres > build-fenceq-postgres.sql

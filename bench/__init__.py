@@ -1,14 +1,13 @@
-"""fenceq benchmark: every fenceq figure beside a bare-SQL baseline measured
-in the same run, against the same PostgreSQL server.
+"""fenceq benchmark (issue 8): every fenceq figure beside a bare-SQL
+baseline measured in the same run, against the same PostgreSQL server.
 
-Run it with ``make bench`` (a durable server, fsync on, on port 54339), or
-directly::
+Run it with ``make bench`` (a durable server, fsync on, pg_stat_statements
+preloaded, port 54339), or directly::
 
-    FENCEQ_BENCH_PG_URL=postgresql://postgres@127.0.0.1:54339/postgres \\
-        .venv/bin/python -m bench
+    .venv/bin/python -m bench --url postgresql://postgres@127.0.0.1:54339/postgres [--quick]
 
-The run creates a fresh database (``fenceq_bench``) on that server, installs
-fenceq with ``fenceq.migrate.migrate``, creates a minimal ``bare_jobs`` table
-beside it, measures, and writes ``docs/benchmarks.md``. See ``python -m bench
---help`` for the knobs (``--scale`` to shrink or grow every job count).
+The run creates a fresh database (``fenceq_bench``), installs fenceq with
+``fenceq.migrate.migrate`` and a minimal ``bare_jobs`` table beside it,
+measures, records the run in ``bench/runs/v<version>.json`` and rewrites
+``docs/benchmarks.md`` from every recorded run.
 """

@@ -1,5 +1,4 @@
+"""Entry point: ``python -m bench`` (``make bench``)."""
 from .run import main
 
-# Guarded: worker processes are spawned, and spawning re-imports this module.
-if __name__ == "__main__":
-    raise SystemExit(main())
+raise SystemExit(main())

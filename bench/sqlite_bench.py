@@ -3,12 +3,13 @@
     .venv/bin/python bench/sqlite_bench.py [DIRECTORY] [--jobs N] [--rounds R]
         [--synchronous FULL|NORMAL|OFF] [--json]
 
-Issue 3's target: per-job submit and drain (claim_next + complete, each its
+Issue 8's target: per-job submit and drain (claim_next + complete, each its
 own transaction) through the fenceq client at >= 0.9x a bare SQLite loop in
 the same run. Both sides use the same connection settings as the client
 (WAL, synchronous=FULL, manual transactions, BEGIN IMMEDIATE per call) on
-files in the same directory. Each round uses fresh database files; rounds
-alternate which side runs first; the median of the rounds is reported.
+files in the same directory. Each round uses fresh database files and runs
+each operation on both sides back to back, alternating which goes first;
+the median of the per-round ratios is reported.
 
 Bare loop:
   submit: BEGIN IMMEDIATE; INSERT INTO jobs ...; COMMIT
@@ -164,30 +165,31 @@ def _timed(function, *args) -> float:
 
 # One round ------------------------------------------------------------------------
 
-def _round_fenceq(directory: Path, n: int, tag: str, synchronous: str) -> dict[str, float]:
-    path = directory / f"fenceq-{tag}.db"
-    _remove(path)
-    client = _fenceq_open(path, synchronous)
+def _round(directory: Path, n: int, tag: str, synchronous: str, fenceq_first: bool) -> dict:
+    """Both sides on fresh files; each operation runs on both sides back
+    to back (the disk's fsync latency drifts with other load), the order
+    flipping between submit and drain."""
+    fenceq_path, bare_path = directory / f"fenceq-{tag}.db", directory / f"bare-{tag}.db"
+    for path in (fenceq_path, bare_path):
+        _remove(path)
+    client = _fenceq_open(fenceq_path, synchronous)
+    connection = _bare_open(bare_path, synchronous)
+    loops = {"fenceq": {"submit": (_fenceq_submit, client), "drain": (_fenceq_drain, client)},
+             "bare": {"submit": (_bare_submit, connection), "drain": (_bare_drain, connection)}}
+    order = ["fenceq", "bare"] if fenceq_first else ["bare", "fenceq"]
+    figures: dict = {"fenceq": {}, "bare": {}}
     try:
-        submit = _timed(_fenceq_submit, client, n)
-        drain = _timed(_fenceq_drain, client, n)
+        for operation in ("submit", "drain"):
+            for side in order:
+                function, handle = loops[side][operation]
+                figures[side][operation] = n / _timed(function, handle, n)
+            order.reverse()
     finally:
         client.close()
-        _remove(path)
-    return {"submit": n / submit, "drain": n / drain}
-
-
-def _round_bare(directory: Path, n: int, tag: str, synchronous: str) -> dict[str, float]:
-    path = directory / f"bare-{tag}.db"
-    _remove(path)
-    connection = _bare_open(path, synchronous)
-    try:
-        submit = _timed(_bare_submit, connection, n)
-        drain = _timed(_bare_drain, connection, n)
-    finally:
         connection.close()
-        _remove(path)
-    return {"submit": n / submit, "drain": n / drain}
+        for path in (fenceq_path, bare_path):
+            _remove(path)
+    return figures
 
 
 def run(directory: str | os.PathLike, *, jobs: int = 2000, rounds: int = 3,
@@ -205,13 +207,7 @@ def run(directory: str | os.PathLike, *, jobs: int = 2000, rounds: int = 3,
     directory.mkdir(parents=True, exist_ok=True)
     per_round = []
     for index in range(rounds):
-        sides = [("fenceq", _round_fenceq), ("bare", _round_bare)]
-        if index % 2:
-            sides.reverse()
-        figures = {}
-        for name, function in sides:
-            figures[name] = function(directory, jobs, f"{index}", synchronous)
-        per_round.append(figures)
+        per_round.append(_round(directory, jobs, f"{index}", synchronous, fenceq_first=index % 2 == 0))
     result: dict = {"jobs": jobs, "rounds": rounds, "sqlite": sqlite3.sqlite_version,
                     "directory": str(directory), "synchronous": synchronous}
     for operation in ("submit", "drain"):
@@ -225,35 +221,6 @@ def run(directory: str | os.PathLike, *, jobs: int = 2000, rounds: int = 3,
     return result
 
 
-def append_markdown(path: Path, figures: dict, cpu_only: dict) -> None:
-    def row(label: str, operation: str, f: dict, target: str) -> str:
-        ratio = f[f"{operation}_ratio"]
-        verdict = ("pass" if ratio >= 0.9 else f"**MISS** ({(0.9 - ratio) / 0.9:.0%} short)") if target else "diagnostic"
-        return (f"| {label} | {f[f'{operation}_fenceq_jobs_per_s']:,.0f} | {f[f'{operation}_bare_jobs_per_s']:,.0f} "
-                f"| {ratio:.2f}× | {target or '—'} | {verdict} |")
-
-    lines = [
-        "", "## SQLite (embedded default)", "",
-        f"`python bench/sqlite_bench.py` in the same `make bench` run: SQLite {figures['sqlite']}, WAL, "
-        f"`synchronous=FULL` on both sides (the client's setting), `BEGIN IMMEDIATE` per call, "
-        f"{figures['jobs']} jobs per round, median of {figures['rounds']} rounds alternating which side goes first. "
-        "Bare loop: `INSERT` per submit; `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING` then an `UPDATE` "
-        "to complete, each its own transaction. fenceq: the client's `submit`, `claim_next` and `complete`.", "",
-        "| figure (jobs/s) | fenceq | bare SQLite | ratio | target | result |", "|---|---:|---:|---:|---:|---|",
-        row("submit", "submit", figures, "≥ 0.90×"),
-        row("per-job drain (claim_next + complete)", "drain", figures, "≥ 0.90×"),
-        row("submit, synchronous=OFF (CPU cost only)", "submit", cpu_only, ""),
-        row("per-job drain, synchronous=OFF (CPU cost only)", "drain", cpu_only, ""),
-        "",
-        "Why the targets are missed: with `synchronous=FULL` a call's time is mostly the fsync at COMMIT, "
-        "and a fenceq commit writes more pages than the bare loop's (the job-id unique index, the partial "
-        "claim and active-key indexes, the claim-ledger row). With the fsync removed the gap is CPU: every "
-        "statement file runs its validation, fence and error-recording statements, and the client validates "
-        "and canonicalises JSON before dispatch; the bare loop runs one statement.", ""]
-    with path.open("a", encoding="utf-8") as doc:
-        doc.write("\n".join(lines))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", nargs="?", help="where to put the database files "
@@ -264,8 +231,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="PRAGMA synchronous on both sides (default FULL, the client's; "
                              "OFF shows the CPU cost alone)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--markdown", type=Path, help="append the figures (and a CPU-only diagnostic run "
-                        "with synchronous=OFF) as a section of this file")
     args = parser.parse_args(argv)
     temporary = None
     directory = args.directory
@@ -273,9 +238,6 @@ def main(argv: list[str] | None = None) -> int:
         temporary = directory = tempfile.mkdtemp(prefix="fenceq-sqlite-bench-")
     try:
         figures = run(directory, jobs=args.jobs, rounds=args.rounds, synchronous=args.synchronous)
-        if args.markdown:
-            cpu_only = run(directory, jobs=args.jobs, rounds=args.rounds, synchronous="OFF")
-            append_markdown(args.markdown, figures, cpu_only)
     finally:
         if temporary:
             shutil.rmtree(temporary, ignore_errors=True)

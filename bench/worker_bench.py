@@ -1,170 +1,256 @@
-"""Worker benchmark: end-to-end throughput of ``fenceq.Worker`` with no-op
-handlers, and wake-up latency from submit to handler start (PostgreSQL).
+"""What a user runs: ``fenceq.Worker`` (async no-op handler, concurrency 16)
+against PgQueuer 1.6's ``QueueManager`` (batch size 10, asyncpg), each
+draining the same number of jobs on the same server.
 
-    FENCEQ_BENCH_PG_URL=postgresql://postgres@127.0.0.1:54339/postgres \\
-        .venv/bin/python bench/worker_bench.py [--jobs 5000] [--samples 200]
+The parent (``python -m bench``) fills both queues and takes a CHECKPOINT;
+each drain then runs in a fresh child process, one per system::
 
-It creates a fresh database (``fenceq_worker_bench``) on that server, installs
-fenceq, and measures:
+    python -m bench.worker_bench fenceq|pgqueuer --url URL --jobs N [--profile]
+    python -m bench.worker_bench wake --url URL --jobs SAMPLES
 
-* throughput: N jobs submitted up front (``submit_batch``), then one worker
-  process runs them all: claim (``claim_next`` / ``claim_batch``), handler
-  dispatch (a thread per job for a plain handler, a task for an async one),
-  fenced completion (``complete`` / ``complete_batch``, batched
-  opportunistically). Jobs per second from worker start to the last
-  completion, at concurrency 1, 4 and 16.
-* wake-up latency: an idle worker (polling set to 30 s, so only
-  LISTEN/NOTIFY can wake it); one job submitted at a time from another
-  connection; time from just before ``submit`` to the handler's first line.
-
-Both run in this process: the worker on its own event loop in a thread, the
-producer on the main thread (CLOCK_MONOTONIC is shared).
+The child prints one JSON line: jobs, seconds (from before the worker or
+queue manager starts until the last job is done: for fenceq the N-th
+fenced completion, for PgQueuer the return of ``run(mode=drain)``) and the
+process's CPU seconds. ``--profile`` runs the fenceq worker under cProfile
+(untimed) and adds where its time went. ``wake`` measures how fast an idle
+fenceq worker starts a job submitted from elsewhere (LISTEN/NOTIFY).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import statistics
+import cProfile
+import importlib
+import json
+import pstats
+import subprocess
 import sys
-import threading
 import time
-from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_client"))
-
-import psycopg  # noqa: E402
-
-import fenceq  # noqa: E402
-from fenceq.migrate import migrate  # noqa: E402
-from fenceq.worker import App, Worker  # noqa: E402
-
-DBNAME = "fenceq_worker_bench"
+QUEUE = "bench_worker"
+WAKE_QUEUE = "bench_wake"
+TASK = "bench"
+CONCURRENCY = 16
+PGQUEUER_BATCH = 10
+UNTRACKED = {"pg_stat_statements.track": "none"}
 
 
-def fresh_database(server_url: str) -> str:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DBNAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DBNAME}")
-    parts = urlsplit(server_url)
-    url = urlunsplit((parts.scheme, parts.netloc, "/" + DBNAME, parts.query, parts.fragment))
-    migrate(url)
-    return url
+def untracked_url(url: str) -> str:
+    """The URL with this session's statement tracking off (timed runs)."""
+    options = quote(" ".join(f"-c {k}={v}" for k, v in UNTRACKED.items()))
+    return f"{url}{'&' if '?' in url else '?'}options={options}"
 
 
-class WorkerThread:
-    """A Worker on its own event loop in a background thread."""
+# --- parent side ---------------------------------------------------------------
 
-    def __init__(self, worker: Worker):
-        self.worker = worker
-        self.thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()), daemon=True)
+async def _pgqueuer_queries(url: str):
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
 
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        if not self.worker.started.wait(30):
-            raise SystemExit("worker did not start")
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
-        self.thread.join(60)
+    conn = await asyncpg.connect(url)
+    return conn, Queries(AsyncpgDriver(conn))
 
 
-def throughput(url: str, jobs: int, concurrency: int, handler_kind: str) -> float:
-    queue = f"tp_{handler_kind}_{concurrency}"
-    app = App(queues=[queue])
-    if handler_kind == "async":
-        async def noop(ctx):  # noqa: ANN001
-            return None
-        app.task("noop")(noop)
-    else:
-        app.task("noop")(lambda ctx: None)
-    with fenceq.connect(url) as client:
-        client.create_queue(queue, lease=timedelta(seconds=30))
-        for start in range(0, jobs, 1000):
-            client.submit_batch(queue, [{"task": "noop"}] * min(1000, jobs - start))
-    worker = Worker(app, url=url, concurrency=concurrency, reap_interval=None, poll_interval=0.05)
-    began = time.perf_counter()
-    with WorkerThread(worker):
-        while worker.counts["completed"] < jobs:
-            time.sleep(0.005)
-        elapsed = time.perf_counter() - began
-    return jobs / elapsed
+async def install_pgqueuer(url: str) -> None:
+    conn, queries = await _pgqueuer_queries(url)
+    try:
+        await queries.install()
+    finally:
+        await conn.close()
 
 
-def wake_latency(url: str, samples: int) -> list[float]:
-    queue = "wake"
-    starts: dict[str, float] = {}
-    app = App(queues=[queue])
+async def fill_pgqueuer(url: str, count: int, chunk: int = 1000) -> None:
+    conn, queries = await _pgqueuer_queries(url)
+    try:
+        for start in range(0, count, chunk):
+            size = min(chunk, count - start)
+            await queries.enqueue([TASK] * size, [b'{"n": %d}' % (start + i) for i in range(size)],
+                                  [0] * size)
+    finally:
+        await conn.close()
 
-    @app.task("mark")
+
+def run_child(system: str, url: str, jobs: int, profile: bool = False) -> dict:
+    command = [sys.executable, "-m", "bench.worker_bench", system, "--url", url, "--jobs", str(jobs)]
+    if profile:
+        command.append("--profile")
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                         cwd=Path(__file__).resolve().parent.parent)
+    if out.returncode != 0:
+        raise RuntimeError(f"the {system} worker run failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- child side ----------------------------------------------------------------
+
+async def drain_fenceq(url: str, jobs: int) -> float:
+    from fenceq.worker import App, Worker
+
+    app = App(queues=[QUEUE])
+
+    @app.task(TASK)
+    async def noop(ctx):  # noqa: ANN001 - a no-op handler
+        return None
+
+    worker = Worker(app, url=url, concurrency=CONCURRENCY)
+    started = time.perf_counter()
+    running = asyncio.create_task(worker.run_async())
+    while worker.counts["completed"] < jobs:
+        if running.done():
+            running.result()
+            raise RuntimeError("the fenceq worker stopped early")
+        await asyncio.sleep(0.002)
+    elapsed = time.perf_counter() - started
+    worker.stop()
+    await running
+    return elapsed
+
+
+async def drain_pgqueuer(url: str, jobs: int) -> float:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, QueueManager, Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    handled = 0
+    started = time.perf_counter()
+    conn = await asyncpg.connect(url.split("?", 1)[0],
+                                 server_settings=UNTRACKED if "options=" in url else None)
+    manager = QueueManager(Queries(AsyncpgDriver(conn)))
+
+    @manager.entrypoint(TASK)
+    async def noop(job) -> None:  # noqa: ANN001 - a no-op handler
+        nonlocal handled
+        handled += 1
+
+    await manager.run(batch_size=PGQUEUER_BATCH, mode=QueueExecutionMode.drain)
+    elapsed = time.perf_counter() - started
+    await conn.close()
+    if handled != jobs:
+        raise RuntimeError(f"PgQueuer handled {handled} of {jobs} jobs")
+    return elapsed
+
+
+async def wake_latency(url: str, samples: int) -> list[float]:
+    """An idle worker (polling every 30 s, so only LISTEN/NOTIFY wakes it);
+    one job submitted at a time from another connection; seconds from just
+    before the submit to the handler's first line."""
+    import psycopg
+    from fenceq.worker import App, Worker
+
+    from . import statements as sql
+
+    app = App(queues=[WAKE_QUEUE])
+    started: dict[str, float] = {}
+    arrived = asyncio.Event()
+
+    @app.task(TASK)
     async def mark(ctx):  # noqa: ANN001
-        starts[ctx.job_id] = time.monotonic()
+        started[ctx.job_id] = time.monotonic()
+        arrived.set()
 
-    latencies = []
-    with fenceq.connect(url) as client:
-        client.create_queue(queue, lease=timedelta(seconds=30))
-        worker = Worker(app, url=url, poll_interval=30, reap_interval=None)
-        with WorkerThread(worker):
-            time.sleep(0.5)
-            for _ in range(samples):
-                sent = time.monotonic()
-                job_id = client.submit(queue, "mark")
-                deadline = sent + 5
-                while job_id not in starts and time.monotonic() < deadline:
-                    time.sleep(0.0002)
-                if job_id in starts:
-                    latencies.append(starts[job_id] - sent)
-                time.sleep(0.02)  # let the worker settle back to idle
-    return latencies
+    worker = Worker(app, url=url, poll_interval=30, reap_interval=None)
+    running = asyncio.create_task(worker.run_async())
+    out = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as producer:
+        await asyncio.sleep(0.5)  # listening, idle
+        for i in range(samples):
+            arrived.clear()
+            sent = time.monotonic()
+            cur = await producer.execute(sql.FQ_SUBMIT, {"queue": WAKE_QUEUE, "task": TASK,
+                                                         "payload": '{"n": %d}' % i})
+            job_id = (await cur.fetchone())[0]
+            while job_id not in started:
+                await asyncio.wait_for(arrived.wait(), timeout=10)
+                arrived.clear()
+            out.append(started[job_id] - sent)
+            await asyncio.sleep(0.02)  # back to idle
+    worker.stop()
+    await running
+    return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+DRAINS = {"fenceq": drain_fenceq, "pgqueuer": drain_pgqueuer}
+# Imported before the CPU clock starts, so that it counts only the drain.
+IMPORTS = {"fenceq": ["fenceq.worker"], "pgqueuer": ["asyncpg", "pgqueuer"], "wake": ["fenceq.worker"]}
+
+# Where profiled time goes, by the file a function lives in (first match).
+PROFILE_GROUPS = [
+    ("waiting in the event loop's poll (round trips, idle)", ("method 'poll' of 'select.epoll'",)),
+    ("fenceq client validation (validate.py, canonical.py)", ("fenceq/validate.py", "fenceq/canonical.py")),
+    ("fenceq client call layer (client.py, backends, types.py)",
+     ("fenceq/client.py", "fenceq/_postgres.py", "fenceq/backends/", "fenceq/types.py", "fenceq/errors.py")),
+    ("fenceq worker (claim loop, dispatch, completion, heartbeats)", ("fenceq/worker", "fenceq/_worker_log.py")),
+    ("psycopg (query building, encoding, decoding, protocol)", ("psycopg",)),
+    ("asyncio event loop (scheduling, callbacks, transports)", ("asyncio/", "selectors.py")),
+]
+OTHER = "other (stdlib, json, uuid, logging, ...)"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=os.environ.get("FENCEQ_BENCH_PG_URL"),
-                        help="server URL (default $FENCEQ_BENCH_PG_URL)")
-    parser.add_argument("--jobs", type=int, default=5000)
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 4, 16])
-    parser.add_argument("--markdown", type=Path, help="append the figures as a section of this file")
-    args = parser.parse_args()
-    if not args.url:
-        parser.error("pass --url or set FENCEQ_BENCH_PG_URL (a PostgreSQL server URL)")
-    url = fresh_database(args.url)
-    print(f"worker throughput, no-op handlers, {args.jobs} jobs per run (jobs/s):")
-    print(f"{'concurrency':>12} {'sync handler':>14} {'async handler':>14}")
-    rows = []
-    for concurrency in args.concurrency:
-        sync_rate = throughput(url, args.jobs, concurrency, "sync")
-        async_rate = throughput(url, args.jobs, concurrency, "async")
-        rows.append((concurrency, sync_rate, async_rate))
-        print(f"{concurrency:>12} {sync_rate:>14,.0f} {async_rate:>14,.0f}", flush=True)
-    latencies = wake_latency(url, args.samples)
-    ms = [x * 1000 for x in latencies]
-    p50, p90, p99 = statistics.median(ms), percentile(ms, 0.9), percentile(ms, 0.99)
-    print(f"wake-up latency, submit -> handler start (LISTEN/NOTIFY, idle worker), {len(ms)} samples:")
-    print(f"  p50 {p50:.2f} ms   p90 {p90:.2f} ms   p99 {p99:.2f} ms   max {max(ms):.2f} ms")
-    if args.markdown:
-        lines = [
-            "", "## Worker end to end (PostgreSQL)", "",
-            f"`python bench/worker_bench.py` in the same `make bench` run, same server: one `fenceq.Worker` "
-            f"process, no-op handlers, {args.jobs} jobs per figure (claim, dispatch, fenced completion, "
-            "heartbeats). Compare with the per-job and batched bare-SQL drain baselines in the summary above.", "",
-            "| concurrency | sync handler (jobs/s) | async handler (jobs/s) |", "|---:|---:|---:|",
-            *[f"| {c} | {s:,.0f} | {a:,.0f} |" for c, s, a in rows], "",
-            f"Wake-up latency from `submit` to the handler's first line, idle worker woken by LISTEN/NOTIFY "
-            f"({len(ms)} samples): **p50 {p50:.2f} ms** (target ≤ 10 ms: "
-            f"{'pass' if p50 <= 10 else 'MISS'}), p90 {p90:.2f} ms, p99 {p99:.2f} ms.", ""]
-        with args.markdown.open("a", encoding="utf-8") as doc:
-            doc.write("\n".join(lines))
+def _group(name: str) -> str | None:
+    for group, markers in PROFILE_GROUPS:
+        if any(marker in name for marker in markers):
+            return group
+    return None
+
+
+def summarize_profile(profile: cProfile.Profile, jobs: int, wall: float) -> dict:
+    """Self time by group; a C function without a group of its own counts
+    for the group of the caller that spent most in it."""
+    stats = pstats.Stats(profile).stats
+    label = {func: f"{func[0]}:{func[2]}" for func in stats}
+    groups: dict[str, float] = {}
+    top = []
+    for func, (_, calls, self_time, _, callers) in stats.items():
+        group = _group(label[func])
+        if group is None and func[0] == "~" and callers:
+            heaviest = max(callers.items(), key=lambda item: item[1][2])[0]
+            group = _group(label[heaviest])
+        group = group or OTHER
+        groups[group] = groups.get(group, 0.0) + self_time
+        top.append((self_time, calls, label[func]))
+    top.sort(reverse=True)
+    total = sum(groups.values()) or 1.0
+    return {"jobs": jobs, "wall": wall,
+            "groups": sorted(([g, t, t / total] for g, t in groups.items()), key=lambda r: -r[1]),
+            "top": [[_short(name), calls, t] for t, calls, name in top[:15]]}
+
+
+def _short(name: str) -> str:
+    """A function's file relative to its package root."""
+    for root in ("site-packages/", "/lib/python3.", "/python_client/"):
+        if root in name:
+            name = name.split(root, 1)[1]
+            return name.split("/", 1)[1] if root == "/lib/python3." else name
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("system", choices=sorted(DRAINS) + ["wake"],
+                        help="wake: fenceq's wake-up latency, --jobs samples")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--profile", action="store_true", help="run under cProfile (fenceq only)")
+    args = parser.parse_args(argv)
+    for module in IMPORTS[args.system]:
+        importlib.import_module(module)
+    if args.system == "wake":
+        print(json.dumps({"wake": asyncio.run(wake_latency(args.url, args.jobs))}))
+        return 0
+    drain = DRAINS[args.system]
+    cpu = time.process_time()
+    if args.profile:
+        profile = cProfile.Profile()
+        seconds = profile.runcall(asyncio.run, drain(args.url, args.jobs))
+        result = summarize_profile(profile, args.jobs, seconds)
+    else:
+        seconds = asyncio.run(drain(args.url, args.jobs))
+        result = {}
+    result.update(jobs=args.jobs, seconds=seconds, cpu_seconds=time.process_time() - cpu)
+    print(json.dumps(result))
     return 0
 
 
