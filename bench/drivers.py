@@ -13,7 +13,7 @@ import psycopg
 
 from . import statements as sql
 
-# Positions in fenceq.claim (CONTRACT: its columns are only ever appended).
+# Positions in fenceq.claim (docs/guarantees.md §3: its columns are only ever appended).
 CLAIM_JOB_ID, CLAIM_GENERATION, CLAIM_TOKEN = 0, 8, 9
 
 

@@ -19,8 +19,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 # Written in pieces so that this file does not match itself.
 OUTSIDE = re.compile("|".join([re.escape("../" + "shared/"), re.escape("CONTRACT" + ".md"),
                                "CONTRACT" + r"(?: |\u00a0)?\u00a7", "project's " + "CONTRACT"]))
-# The files of this change's owner; other owners rewrite theirs (see the
-# xfail below).
+# The files first rewritten to point inside the repository.
 REWRITTEN = ["README.md", "docs/guarantees.md", "docs/worker.md", "docs/dba.md", "examples/node/README.md",
              "sql/sqlite/", "python_client/fenceq/cli.py", "scripts/gen-sqlite"]
 
@@ -101,9 +100,6 @@ def test_the_guarantees_are_cited_inside_the_repository():
     assert not references_outside(mine)
 
 
-@pytest.mark.xfail(strict=True, reason="comments in sql/postgres, migrations, the client modules, bench, "
-                   "scripts/gen-sql-reference and tests still cite the outside contract; their owners "
-                   "rewrite them to docs/guarantees.md (then drop this mark)")
 def test_no_tracked_file_points_outside_the_repository():
     """Released migration steps are exempt: their text is frozen as applied."""
     assert not references_outside([name for name in tracked_files() if name not in RELEASED])
