@@ -424,7 +424,9 @@ def render(runs_dir: Path) -> str:
         "Run it: `make bench` (9 minutes on this 2-core machine when quiet, 16 with other test "
         "suites running; it starts the durable server on port 54339). "
         "`make bench BENCH_ARGS=--quick` is a development run (100k backlog, fewer rounds) that prints "
-        "its report and records nothing.", ""]
+        "its report and records nothing.", "",
+        "Why each missed target is missed, with the measurements behind it: "
+        "[performance.md](performance.md).", ""]
     if runs:
         lines += ["## Targets: before and after", "", *_comparison(runs), ""]
         for i, run in enumerate(runs):
