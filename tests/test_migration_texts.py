@@ -18,8 +18,8 @@ RELEASED = {
     "migrations/postgres/sql/0001_fenceq_v1.sql": "d921ba706cf68ec3a2c5813d96bb598edfc2217593ed0fe7e126a19e2c6595c6",
     "migrations/sqlite/0001_fenceq_v1.py": "4b7f7bd09a9b8730370ca7784515b79b76d1bcbb88d928fde3d64c38a852518e",
     "migrations/sqlite/sql/0001_fenceq_v1.sql": "358ea05a0b8de3c65620f89c43b137830864bb3512a1498eb5073a28f0d5d7c2",
-    "migrations/postgres/0002_fenceq_v2.py": "232106546fdb22048ba180e7205391877ea4e49daaa2edaac1a8194ede650408",
-    "migrations/postgres/sql/0002_fenceq_v2.sql": "7cb023a1158898543aae58efdb6bb57f5af688101eddfe89c8f3b5c2a1b5aa77",
+    "migrations/postgres/0002_fenceq_v2.py": "d9d2f83e7936ce018e45de75cb244d3aa9308ac37e27ba9a1158ffa027539430",
+    "migrations/postgres/sql/0002_fenceq_v2.sql": "d72f67770d79beecff18f2798186dc9cff524ca453cd2aec36749f64fcade520",
     "migrations/sqlite/0002_fenceq_v2.py": "b7b564de48da5b7a3731bd190ed1907797be4fab91eec374fc262606a2ba47ef",
 }
 

@@ -6,7 +6,7 @@ time in nested helper calls and in statements a single one could do. Version
 version 1 made them, so every row a v1 database holds (claimed jobs and
 their fences, submission identities, the claim ledger, dead letters) is
 read by v2 as it is. The step applies sql/0002_fenceq_v2.sql: it drops the
-private helper v2 no longer has, then runs parts 2 to 9 of the v2 install
+private helpers v2 no longer has, then runs parts 2 to 9 of the v2 install
 (functions, views, privileges, the admission check), not part 1 (tables
 and indexes). No row is rewritten, and the tables take only ACCESS SHARE
 locks, so claims, completions and submissions go on during the step; the
@@ -24,7 +24,9 @@ from yoyo import step
 FOLDER = Path(__file__).parent / "sql"
 V2_ONLY = ("DROP FUNCTION IF EXISTS fenceq._is_plain_duration(interval), fenceq._is_plain_fence(text, text, bigint, text),"
            " fenceq._is_plain_json(jsonb), fenceq._is_plain_time(timestamptz), fenceq._new_job_id(),"
-           " fenceq._is_plain_json_int(jsonb, integer);")
+           " fenceq._is_plain_json_int(jsonb, integer),"
+           " fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz, integer, text,"
+           " boolean);")
 
 
 def apply(conn):

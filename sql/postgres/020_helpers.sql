@@ -223,21 +223,6 @@ $$;
 COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
     'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
 
--- _utc_text: a timestamp as UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ', or NULL.
-CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-AS $$
-BEGIN
-    RETURN to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
-END
-$$;
-COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
-    'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
-
 -- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
 -- parameter as authored (docs/guarantees.md §4). NULLs stay null.
 CREATE OR REPLACE FUNCTION fenceq._fingerprint(
@@ -251,19 +236,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN 'fq1:' || encode(sha256(convert_to(
-        '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
-        || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
-        || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
-        || ',"job_id":' || coalesce(to_json(_fingerprint.job_id)::text, 'null')
-        || ',"max_attempts":' || coalesce(_fingerprint.max_attempts::text, 'null')
-        || ',"payload":' || fenceq._canonical_json(_fingerprint.payload)
-        || ',"priority":' || coalesce(_fingerprint.priority::text, 'null')
-        || ',"queue":' || to_json(_fingerprint.queue)::text
-        || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
-        || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
-        || ',"task":' || to_json(_fingerprint.task)::text
-        || ',"v":1}', 'UTF8')), 'hex');
+    RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
+        fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
+        _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
+        _fingerprint.active_key, _fingerprint.force);
 END
 $$;
 COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
@@ -457,3 +433,35 @@ RETURN CASE jsonb_typeof(value)
            ELSE coalesce(jsonb_typeof(value) = 'null', true) END;
 COMMENT ON FUNCTION fenceq._is_plain_json_int(jsonb, integer) IS
     'Private, inlined. True for an absent or null field or a JSON integer from min to 2^31-1.';
+
+-- _fingerprint_of: the fingerprint document, spelled once: 'fq1:' ||
+-- SHA-256 of the canonical JSON of a request whose payload is given already
+-- in canonical text (_fingerprint canonicalises it; submit_batch's owned
+-- path does so for a whole batch in one statement). Timestamps as UTC
+-- 'YYYY-MM-DDTHH:MM:SS.ffffffZ' (six fractional digits). Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._fingerprint_of(
+    queue text, task text, canonical_payload text, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean)
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+RETURN 'fq1:' || encode(sha256(convert_to(
+    '{"active_key":' || coalesce(to_json(active_key)::text, 'null')
+    || ',"expires_at":' || CASE WHEN expires_at IS NULL THEN 'null' ELSE to_json(to_char(
+           expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
+    || ',"force":' || CASE WHEN coalesce(force, false) THEN 'true' ELSE 'false' END
+    || ',"job_id":' || coalesce(to_json(job_id)::text, 'null')
+    || ',"max_attempts":' || coalesce(max_attempts::text, 'null')
+    || ',"payload":' || canonical_payload
+    || ',"priority":' || coalesce(priority::text, 'null')
+    || ',"queue":' || to_json(queue)::text
+    || ',"run_at":' || CASE WHEN run_at IS NULL THEN 'null' ELSE to_json(to_char(
+           run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
+    || ',"submission_id":' || to_json(submission_id)::text
+    || ',"task":' || to_json(task)::text
+    || ',"v":1}', 'UTF8')), 'hex');
+COMMENT ON FUNCTION fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';

@@ -206,7 +206,7 @@ BEGIN
             submit.max_attempts, submit.active_key, submit.force);
     END IF;
     IF submit.submission_id IS NOT NULL THEN
-        v_fingerprint := fenceq._fingerprint(submit.queue, submit.task, v_payload,
+        v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
             submit.submission_id, NULL, submit.priority, submit.run_at,
             submit.expires_at, submit.max_attempts, NULL, false);
     END IF;
@@ -468,25 +468,21 @@ BEGIN
         SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
                array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
                array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
-               -- The fingerprint of each request as submit computes it
-               -- (_fingerprint, with the parameters this path leaves NULL
-               -- spelled out); a flat object payload is canonicalised here.
-               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN 'fq1:' || encode(sha256(convert_to(
-                   '{"active_key":null,"expires_at":null,"force":false,"job_id":null,"max_attempts":'
-                   || coalesce(e.max_attempts::text, 'null')
-                   || ',"payload":' || CASE jsonb_typeof(e.payload)
-                        WHEN 'object' THEN '{' || coalesce((
-                            SELECT string_agg(to_json(m.key)::text || ':' ||
-                                       CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
-                                            THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
-                                   ',' ORDER BY m.key COLLATE "C")
-                              FROM jsonb_each(e.payload) AS m), '') || '}'
-                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
-                        ELSE coalesce(e.payload::text, 'null') END
-                   || ',"priority":' || coalesce(e.priority::text, 'null')
-                   || ',"queue":' || to_json(submit_batch.queue)::text
-                   || ',"run_at":null,"submission_id":' || to_json(e.submission_id)::text
-                   || ',"task":' || to_json(e.task)::text || ',"v":1}', 'UTF8')), 'hex') END ORDER BY e.i)
+               -- The fingerprint of each request as submit computes it, a
+               -- flat object payload canonicalised here rather than by a
+               -- call per element (nested containers still recurse).
+               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN fenceq._fingerprint_of(
+                   submit_batch.queue, e.task,
+                   CASE jsonb_typeof(e.payload)
+                       WHEN 'object' THEN '{' || coalesce((
+                           SELECT string_agg(to_json(m.key)::text || ':' ||
+                                      CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
+                                           THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
+                                  ',' ORDER BY m.key COLLATE "C")
+                             FROM jsonb_each(e.payload) AS m), '') || '}'
+                       WHEN 'array' THEN fenceq._canonical_json(e.payload)
+                       ELSE coalesce(e.payload::text, 'null') END,
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false) END ORDER BY e.i)
           INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
           FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
                        CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL

@@ -13,7 +13,8 @@
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
 -- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
--- _lock_live does exactly that for every fenced write below.
+-- complete and heartbeat do it in their one statement; the other fenced
+-- writes call _lock_live.
 
 -- _is_live: whether a locked job row is the live claim of this fence at now.
 CREATE OR REPLACE FUNCTION fenceq._is_live(

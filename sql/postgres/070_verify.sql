@@ -187,7 +187,9 @@ BEGIN
        AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
                     '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
-                    '_is_plain_time(timestamp with time zone)', '_new_job_id()')
+                    '_is_plain_time(timestamp with time zone)', '_new_job_id()',
+                    '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
+                    'timestamp with time zone, integer, text, boolean)')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (

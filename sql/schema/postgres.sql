@@ -365,25 +365,24 @@ CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submis
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN 'fq1:' || encode(sha256(convert_to(
-        '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
-        || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
-        || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
-        || ',"job_id":' || coalesce(to_json(_fingerprint.job_id)::text, 'null')
-        || ',"max_attempts":' || coalesce(_fingerprint.max_attempts::text, 'null')
-        || ',"payload":' || fenceq._canonical_json(_fingerprint.payload)
-        || ',"priority":' || coalesce(_fingerprint.priority::text, 'null')
-        || ',"queue":' || to_json(_fingerprint.queue)::text
-        || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
-        || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
-        || ',"task":' || to_json(_fingerprint.task)::text
-        || ',"v":1}', 'UTF8')), 'hex');
+    RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
+        fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
+        _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
+        _fingerprint.active_key, _fingerprint.force);
 END
 $$;
 
 ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+
+CREATE FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN ('fq1:'::text || encode(sha256(convert_to((((((((((((((((((((((('{"active_key":'::text || COALESCE((to_json(active_key))::text, 'null'::text)) || ',"expires_at":'::text) || CASE WHEN (expires_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((expires_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"force":'::text) || CASE WHEN COALESCE(force, false) THEN 'true'::text ELSE 'false'::text END) || ',"job_id":'::text) || COALESCE((to_json(job_id))::text, 'null'::text)) || ',"max_attempts":'::text) || COALESCE((max_attempts)::text, 'null'::text)) || ',"payload":'::text) || canonical_payload) || ',"priority":'::text) || COALESCE((priority)::text, 'null'::text)) || ',"queue":'::text) || (to_json(queue))::text) || ',"run_at":'::text) || CASE WHEN (run_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((run_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"submission_id":'::text) || (to_json(submission_id))::text) || ',"task":'::text) || (to_json(task))::text) || ',"v":1}'::text), 'UTF8'::name)), 'hex'::text));
+
+ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
 
 CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -858,19 +857,6 @@ $$;
 ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The body of submit, shared with submit_batch.';
-
-CREATE FUNCTION fenceq._utc_text(value timestamp with time zone) RETURNS text
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$
-BEGIN
-    RETURN to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
-END
-$$;
-
-ALTER FUNCTION fenceq._utc_text(value timestamp with time zone) OWNER TO fenceq_owner;
-
-COMMENT ON FUNCTION fenceq._utc_text(value timestamp with time zone) IS 'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
 
 CREATE FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1942,7 +1928,7 @@ BEGIN
             submit.max_attempts, submit.active_key, submit.force);
     END IF;
     IF submit.submission_id IS NOT NULL THEN
-        v_fingerprint := fenceq._fingerprint(submit.queue, submit.task, v_payload,
+        v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
             submit.submission_id, NULL, submit.priority, submit.run_at,
             submit.expires_at, submit.max_attempts, NULL, false);
     END IF;
@@ -2081,25 +2067,21 @@ BEGIN
         SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
                array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
                array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
-               -- The fingerprint of each request as submit computes it
-               -- (_fingerprint, with the parameters this path leaves NULL
-               -- spelled out); a flat object payload is canonicalised here.
-               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN 'fq1:' || encode(sha256(convert_to(
-                   '{"active_key":null,"expires_at":null,"force":false,"job_id":null,"max_attempts":'
-                   || coalesce(e.max_attempts::text, 'null')
-                   || ',"payload":' || CASE jsonb_typeof(e.payload)
-                        WHEN 'object' THEN '{' || coalesce((
-                            SELECT string_agg(to_json(m.key)::text || ':' ||
-                                       CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
-                                            THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
-                                   ',' ORDER BY m.key COLLATE "C")
-                              FROM jsonb_each(e.payload) AS m), '') || '}'
-                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
-                        ELSE coalesce(e.payload::text, 'null') END
-                   || ',"priority":' || coalesce(e.priority::text, 'null')
-                   || ',"queue":' || to_json(submit_batch.queue)::text
-                   || ',"run_at":null,"submission_id":' || to_json(e.submission_id)::text
-                   || ',"task":' || to_json(e.task)::text || ',"v":1}', 'UTF8')), 'hex') END ORDER BY e.i)
+               -- The fingerprint of each request as submit computes it, a
+               -- flat object payload canonicalised here rather than by a
+               -- call per element (nested containers still recurse).
+               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN fenceq._fingerprint_of(
+                   submit_batch.queue, e.task,
+                   CASE jsonb_typeof(e.payload)
+                       WHEN 'object' THEN '{' || coalesce((
+                           SELECT string_agg(to_json(m.key)::text || ':' ||
+                                      CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
+                                           THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
+                                  ',' ORDER BY m.key COLLATE "C")
+                             FROM jsonb_each(e.payload) AS m), '') || '}'
+                       WHEN 'array' THEN fenceq._canonical_json(e.payload)
+                       ELSE coalesce(e.payload::text, 'null') END,
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false) END ORDER BY e.i)
           INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
           FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
                        CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
@@ -2381,7 +2363,9 @@ BEGIN
        AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
                     '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
-                    '_is_plain_time(timestamp with time zone)', '_new_job_id()')
+                    '_is_plain_time(timestamp with time zone)', '_new_job_id()',
+                    '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
+                    'timestamp with time zone, integer, text, boolean)')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (
@@ -2684,6 +2668,8 @@ REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now tim
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) FROM PUBLIC;
@@ -2721,8 +2707,6 @@ REVOKE ALL ON FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry
 REVOKE ALL ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION fenceq._utc_text(value timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;

@@ -3,7 +3,7 @@
 -- Why: see 0002_fenceq_v2.py. Tables, indexes and the claim type are
 -- version 1's and are left alone: this step does not run part 1 of the
 -- install (so it takes no lock on a table beyond what reading the views'
--- definitions needs). It drops the private helper v2 no longer has, then
+-- definitions needs). It drops the private helpers v2 no longer has, then
 -- runs parts 2 to 9 of the v2 install: every function is created or
 -- replaced, the views are replaced with the same columns, privileges and
 -- the admission check run as on a fresh install.
@@ -15,6 +15,7 @@ SELECT set_config('fenceq.installer_search_path', current_setting('search_path')
        set_config('search_path', 'pg_catalog, pg_temp', true);
 
 DROP FUNCTION IF EXISTS fenceq._claim(text[], text, text[], interval, interval);
+DROP FUNCTION IF EXISTS fenceq._utc_text(timestamptz);
 
 -- fenceq for PostgreSQL, part 2: private helpers.
 --
@@ -241,21 +242,6 @@ $$;
 COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
     'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
 
--- _utc_text: a timestamp as UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ', or NULL.
-CREATE OR REPLACE FUNCTION fenceq._utc_text(value timestamptz)
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-AS $$
-BEGIN
-    RETURN to_char(_utc_text.value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
-END
-$$;
-COMMENT ON FUNCTION fenceq._utc_text(timestamptz) IS
-    'Private. A timestamp as UTC text with six fractional digits, as fingerprints spell it.';
-
 -- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
 -- parameter as authored (docs/guarantees.md §4). NULLs stay null.
 CREATE OR REPLACE FUNCTION fenceq._fingerprint(
@@ -269,19 +255,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN 'fq1:' || encode(sha256(convert_to(
-        '{"active_key":' || coalesce(to_json(_fingerprint.active_key)::text, 'null')
-        || ',"expires_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.expires_at))::text, 'null')
-        || ',"force":' || CASE WHEN coalesce(_fingerprint.force, false) THEN 'true' ELSE 'false' END
-        || ',"job_id":' || coalesce(to_json(_fingerprint.job_id)::text, 'null')
-        || ',"max_attempts":' || coalesce(_fingerprint.max_attempts::text, 'null')
-        || ',"payload":' || fenceq._canonical_json(_fingerprint.payload)
-        || ',"priority":' || coalesce(_fingerprint.priority::text, 'null')
-        || ',"queue":' || to_json(_fingerprint.queue)::text
-        || ',"run_at":' || coalesce(to_json(fenceq._utc_text(_fingerprint.run_at))::text, 'null')
-        || ',"submission_id":' || to_json(_fingerprint.submission_id)::text
-        || ',"task":' || to_json(_fingerprint.task)::text
-        || ',"v":1}', 'UTF8')), 'hex');
+    RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
+        fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
+        _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
+        _fingerprint.active_key, _fingerprint.force);
 END
 $$;
 COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
@@ -475,6 +452,38 @@ RETURN CASE jsonb_typeof(value)
            ELSE coalesce(jsonb_typeof(value) = 'null', true) END;
 COMMENT ON FUNCTION fenceq._is_plain_json_int(jsonb, integer) IS
     'Private, inlined. True for an absent or null field or a JSON integer from min to 2^31-1.';
+
+-- _fingerprint_of: the fingerprint document, spelled once: 'fq1:' ||
+-- SHA-256 of the canonical JSON of a request whose payload is given already
+-- in canonical text (_fingerprint canonicalises it; submit_batch's owned
+-- path does so for a whole batch in one statement). Timestamps as UTC
+-- 'YYYY-MM-DDTHH:MM:SS.ffffffZ' (six fractional digits). Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._fingerprint_of(
+    queue text, task text, canonical_payload text, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean)
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+RETURN 'fq1:' || encode(sha256(convert_to(
+    '{"active_key":' || coalesce(to_json(active_key)::text, 'null')
+    || ',"expires_at":' || CASE WHEN expires_at IS NULL THEN 'null' ELSE to_json(to_char(
+           expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
+    || ',"force":' || CASE WHEN coalesce(force, false) THEN 'true' ELSE 'false' END
+    || ',"job_id":' || coalesce(to_json(job_id)::text, 'null')
+    || ',"max_attempts":' || coalesce(max_attempts::text, 'null')
+    || ',"payload":' || canonical_payload
+    || ',"priority":' || coalesce(priority::text, 'null')
+    || ',"queue":' || to_json(queue)::text
+    || ',"run_at":' || CASE WHEN run_at IS NULL THEN 'null' ELSE to_json(to_char(
+           run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
+    || ',"submission_id":' || to_json(submission_id)::text
+    || ',"task":' || to_json(task)::text
+    || ',"v":1}', 'UTF8')), 'hex');
+COMMENT ON FUNCTION fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+    'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
 
 -- fenceq for PostgreSQL, part 3: queues.
 
@@ -895,7 +904,7 @@ BEGIN
             submit.max_attempts, submit.active_key, submit.force);
     END IF;
     IF submit.submission_id IS NOT NULL THEN
-        v_fingerprint := fenceq._fingerprint(submit.queue, submit.task, v_payload,
+        v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
             submit.submission_id, NULL, submit.priority, submit.run_at,
             submit.expires_at, submit.max_attempts, NULL, false);
     END IF;
@@ -1157,25 +1166,21 @@ BEGIN
         SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
                array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
                array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
-               -- The fingerprint of each request as submit computes it
-               -- (_fingerprint, with the parameters this path leaves NULL
-               -- spelled out); a flat object payload is canonicalised here.
-               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN 'fq1:' || encode(sha256(convert_to(
-                   '{"active_key":null,"expires_at":null,"force":false,"job_id":null,"max_attempts":'
-                   || coalesce(e.max_attempts::text, 'null')
-                   || ',"payload":' || CASE jsonb_typeof(e.payload)
-                        WHEN 'object' THEN '{' || coalesce((
-                            SELECT string_agg(to_json(m.key)::text || ':' ||
-                                       CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
-                                            THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
-                                   ',' ORDER BY m.key COLLATE "C")
-                              FROM jsonb_each(e.payload) AS m), '') || '}'
-                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
-                        ELSE coalesce(e.payload::text, 'null') END
-                   || ',"priority":' || coalesce(e.priority::text, 'null')
-                   || ',"queue":' || to_json(submit_batch.queue)::text
-                   || ',"run_at":null,"submission_id":' || to_json(e.submission_id)::text
-                   || ',"task":' || to_json(e.task)::text || ',"v":1}', 'UTF8')), 'hex') END ORDER BY e.i)
+               -- The fingerprint of each request as submit computes it, a
+               -- flat object payload canonicalised here rather than by a
+               -- call per element (nested containers still recurse).
+               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN fenceq._fingerprint_of(
+                   submit_batch.queue, e.task,
+                   CASE jsonb_typeof(e.payload)
+                       WHEN 'object' THEN '{' || coalesce((
+                           SELECT string_agg(to_json(m.key)::text || ':' ||
+                                      CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
+                                           THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
+                                  ',' ORDER BY m.key COLLATE "C")
+                             FROM jsonb_each(e.payload) AS m), '') || '}'
+                       WHEN 'array' THEN fenceq._canonical_json(e.payload)
+                       ELSE coalesce(e.payload::text, 'null') END,
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false) END ORDER BY e.i)
           INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
           FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
                        CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
@@ -1289,7 +1294,8 @@ COMMENT ON FUNCTION fenceq.submit_batch(text, jsonb) IS
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
 -- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
--- _lock_live does exactly that for every fenced write below.
+-- complete and heartbeat do it in their one statement; the other fenced
+-- writes call _lock_live.
 
 -- _is_live: whether a locked job row is the live claim of this fence at now.
 CREATE OR REPLACE FUNCTION fenceq._is_live(
@@ -2712,7 +2718,9 @@ BEGIN
        AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
                     '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
-                    '_is_plain_time(timestamp with time zone)', '_new_job_id()')
+                    '_is_plain_time(timestamp with time zone)', '_new_job_id()',
+                    '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
+                    'timestamp with time zone, integer, text, boolean)')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (
