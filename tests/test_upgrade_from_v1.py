@@ -55,7 +55,7 @@ def test_v1_database_with_live_work_upgrades_in_place(v1_database):
     url, v1 = v1_database
     assert all(check.ok for check in migrate(url))
     with fenceq.connect(url) as client:
-        assert client.version() == "2"
+        assert client.version() == "3"
         old = fenceq.Fence(**v1["live"])
         # The fence v1 granted is still the live claim: it renews, reads its
         # checkpoint back, and completes once.
@@ -102,13 +102,13 @@ def test_v2_rolls_back_to_v1_without_loss(v1_database):
         assert client.submit("work", "owned", {"n": 1}, submission_id="sub-owned") == v1["live"]["job_id"]
     assert all(check.ok for check in migrate(url))
     with fenceq.connect(url) as client:
-        assert client.version() == "2"
+        assert client.version() == "3"
 
 
 def test_rollback_to_version_1_stops_there(v1_database):
     url, v1 = v1_database
     migrate(url)
-    assert rollback(url, to_version=1) == ["0002_fenceq_v2"]
+    assert rollback(url, to_version=1) == ["0003_fenceq_v3", "0002_fenceq_v2"]
     assert rollback(url, to_version=1) == []  # already there
     with fenceq.connect(url) as client:
         assert client.version() == "1"
@@ -116,7 +116,7 @@ def test_rollback_to_version_1_stops_there(v1_database):
             assert all(check.ok for check in client.verify_schema())
         assert client.get_job(v1["pending"][0]).status == "pending"
     with pytest.raises(fenceq.ConfigError):
-        rollback(url, to_version=3)
+        rollback(url, to_version=4)
     assert all(check.ok for check in migrate(url))
 
 
@@ -141,4 +141,4 @@ def test_the_upgrade_step_does_not_stop_queue_traffic(v1_database):
         upgrading.commit()
     assert all(check.ok for check in migrate(url))  # records the step; the text ran already
     with fenceq.connect(url) as client:
-        assert client.version() == "2"
+        assert client.version() == "3"

@@ -334,6 +334,7 @@ CREATE TABLE fenceq._jobs (
     dlq_id text COLLATE pg_catalog."C",
     created_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
+    concurrency_key text COLLATE pg_catalog."C",
     CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
     CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
     CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
@@ -2202,6 +2203,9 @@ BEGIN
         ('_queues', 'backoff_factor', 'double precision', true), ('_queues', 'backoff_max', 'interval', true),
         ('_queues', 'dead_letter', 'boolean', true), ('_queues', 'paused', 'boolean', true),
         ('_queues', 'notify', 'boolean', true), ('_queues', 'created_at', 'timestamp with time zone', true),
+        ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
+        ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
+        ('_jobs', 'concurrency_key', 'text', false),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
         ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
         ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
@@ -2429,7 +2433,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '2';
+    RETURN '3';
 END
 $$;
 
@@ -2490,7 +2494,11 @@ CREATE TABLE fenceq._queues (
     dead_letter boolean NOT NULL,
     paused boolean DEFAULT false NOT NULL,
     notify boolean DEFAULT true NOT NULL,
-    created_at timestamp with time zone NOT NULL
+    created_at timestamp with time zone NOT NULL,
+    max_claimed integer,
+    max_claimed_per_key integer,
+    rate_limit integer,
+    rate_period interval
 );
 
 ALTER TABLE fenceq._queues OWNER TO fenceq_owner;

@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 2 (its tables are version 1's).
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 3.
 -- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
@@ -33,7 +33,12 @@ CREATE TABLE IF NOT EXISTS fenceq__queues (
     dead_letter    INTEGER NOT NULL,
     paused         INTEGER NOT NULL DEFAULT 0,
     notify         INTEGER NOT NULL DEFAULT 1,
-    created_at     INTEGER NOT NULL
+    created_at     INTEGER NOT NULL,
+    -- Added in version 3 (an upgrade appends them with ALTER TABLE):
+    max_claimed         INTEGER,
+    max_claimed_per_key INTEGER,
+    rate_limit          INTEGER,
+    rate_period         INTEGER
 ) STRICT;
 
 -- Jobs: one row per job, carrying its current fence (owner_id, generation,
@@ -66,7 +71,9 @@ CREATE TABLE IF NOT EXISTS fenceq__jobs (
     active_key        TEXT,
     dlq_id            TEXT,
     created_at        INTEGER NOT NULL,
-    finished_at       INTEGER
+    finished_at       INTEGER,
+    -- Added in version 3 (an upgrade appends them with ALTER TABLE):
+    concurrency_key   TEXT
 ) STRICT;
 
 -- Claim path: one ordered scan per queue (claim_next merges the heads).
@@ -205,4 +212,4 @@ SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
   FROM fenceq__dead_letters AS d;
 
 -- The schema version, read by version.sql.
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

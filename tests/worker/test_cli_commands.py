@@ -307,10 +307,10 @@ def test_worker_command_takes_its_queues_from_the_environment(db, capsys, restor
 
 def test_rollback_to_a_version(db, capsys):
     code, out, _ = run(capsys, "rollback", "--to", "1", "--url", db.url)
-    assert code == 0 and "0002_fenceq_v2" in out and "0001" not in out
+    assert code == 0 and "0003_fenceq_v3" in out and "0002_fenceq_v2" in out and "0001" not in out
     with db.connect() as client:
         assert client.version() == "1"
     code, out, _ = run(capsys, "migrate", "--url", db.url)
     assert code == 0
     with db.connect() as client:
-        assert client.version() == "2"
+        assert client.version() == "3"

@@ -35,7 +35,7 @@ from ..types import SchemaCheck
 from .protocol import Capabilities, Notification
 from .results import Kind, answer
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -408,7 +408,9 @@ EXPECTED_COLUMNS = {
         "queue": ("TEXT", True), "lease": ("INTEGER", True), "max_attempts": ("INTEGER", True),
         "backoff_base": ("INTEGER", True), "backoff_factor": ("REAL", True),
         "backoff_max": ("INTEGER", True), "dead_letter": ("INTEGER", True), "paused": ("INTEGER", True),
-        "notify": ("INTEGER", True), "created_at": ("INTEGER", True)},
+        "notify": ("INTEGER", True), "created_at": ("INTEGER", True),
+        "max_claimed": ("INTEGER", False), "max_claimed_per_key": ("INTEGER", False),
+        "rate_limit": ("INTEGER", False), "rate_period": ("INTEGER", False)},
     "fenceq__jobs": {
         "seq": ("INTEGER", False), "job_id": ("TEXT", True), "queue": ("TEXT", True),
         "task": ("TEXT", True), "payload": ("TEXT", False), "priority": ("INTEGER", True),
@@ -419,7 +421,8 @@ EXPECTED_COLUMNS = {
         "cancel_requested": ("INTEGER", True), "pid": ("INTEGER", False), "result": ("TEXT", False),
         "last_error": ("TEXT", False), "submission_id": ("TEXT", False),
         "fingerprint": ("TEXT", False), "active_key": ("TEXT", False), "dlq_id": ("TEXT", False),
-        "created_at": ("INTEGER", True), "finished_at": ("INTEGER", False)},
+        "created_at": ("INTEGER", True), "finished_at": ("INTEGER", False),
+        "concurrency_key": ("TEXT", False)},
     "fenceq__submissions": {
         "submission_id": ("TEXT", True), "fingerprint": ("TEXT", True), "job_id": ("TEXT", True),
         "queue": ("TEXT", True), "created_at": ("INTEGER", True)},

@@ -1,0 +1,117 @@
+"""fenceq v3 for SQLite: time and flow control.
+
+Why: version 3 adds per-queue limits and concurrency keys (columns appended
+to the queue and job tables), new tables for its features, and views with
+appended columns. ALTER TABLE ... ADD COLUMN rewrites no row. The views are
+dropped and created again with their new columns.
+
+UNRELEASED: until version 3 is released this step brings a version 2 file
+to the live schema (sql/sqlite/schema.sql): it appends the columns the live
+tables have and the file lacks, creates missing tables and indexes, and
+recreates every view. At release its text is frozen into explicit
+statements in sql/0003_fenceq_v3.sql.
+
+Rollback drops what only version 3 has and sets the version back to 2. It
+takes the write lock, then refuses (QF901) while schedules, locks, limits or
+concurrency keys would be lost, unless FENCEQ_ALLOW_DATA_LOSS=1.
+"""
+
+import os
+import sqlite3
+
+from yoyo import step
+
+from fenceq.backends.sqlite import schema_statements
+from fenceq.errors import config_error
+
+V2_TABLES = ("fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
+             "fenceq__checkpoints", "fenceq__dead_letters")
+V3_COLUMNS = {"fenceq__queues": ("max_claimed", "max_claimed_per_key", "rate_limit", "rate_period"),
+              "fenceq__jobs": ("concurrency_key",)}
+
+
+def _objects(cursor, kind):
+    return {name: sql for name, sql in cursor.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = ? AND name LIKE 'fenceq%'", (kind,))}
+
+
+def apply(conn):
+    cursor = conn.cursor()
+    live = sqlite3.connect(":memory:")
+    for statement in schema_statements():
+        live.execute(statement)
+    for view in _objects(cursor, "view"):
+        cursor.execute(f"DROP VIEW {view}")
+    have = _objects(cursor, "table")
+    for table, sql in _objects(live, "table").items():
+        if table not in have:
+            cursor.execute(sql)
+            continue
+        present = {row[1] for row in cursor.execute(f"PRAGMA table_xinfo({table})")}
+        for _, column, kind, not_null, default, _pk, _hidden in live.execute(f"PRAGMA table_xinfo({table})"):
+            if column not in present:
+                clause = f" NOT NULL DEFAULT {default}" if not_null else ""
+                cursor.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}{clause}")
+    have_indexes = _objects(cursor, "index")
+    for index, sql in _objects(live, "index").items():
+        if sql and index not in have_indexes:
+            cursor.execute(sql)
+    for _, sql in _objects(live, "view").items():
+        cursor.execute(sql)
+    live.close()
+    cursor.execute("PRAGMA user_version = 3")
+
+
+NOW_MICROS = "(unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000"
+
+
+def rollback(conn):
+    cursor = conn.cursor()
+    cursor.execute("UPDATE fenceq__queues SET paused = paused")  # the write lock, before deciding
+    extra = [t for t in _objects(cursor, "table") if t not in V2_TABLES]
+    at_risk = any(cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {t})").fetchone()[0] for t in extra)
+    at_risk = at_risk or cursor.execute(
+        "SELECT EXISTS (SELECT 1 FROM fenceq__jobs WHERE concurrency_key IS NOT NULL"
+        "               AND status IN ('pending', 'claimed'))"
+        " OR EXISTS (SELECT 1 FROM fenceq__queues"
+        "            WHERE coalesce(max_claimed, max_claimed_per_key, rate_limit) IS NOT NULL)").fetchone()[0]
+    if at_risk and os.environ.get("FENCEQ_ALLOW_DATA_LOSS") != "1":
+        raise config_error("QF901", "this downgrade would lose schedules, locks, limits or concurrency"
+                                    " keys; rerun with --allow-data-loss (FENCEQ_ALLOW_DATA_LOSS=1)")
+    v2 = sqlite3.connect(":memory:")
+    for statement in _v2_statements():
+        v2.execute(statement)
+    for view in _objects(cursor, "view"):
+        cursor.execute(f"DROP VIEW {view}")
+    v2_indexes = _objects(v2, "index")
+    for index in _objects(cursor, "index"):
+        if index not in v2_indexes:
+            cursor.execute(f"DROP INDEX {index}")
+    for table in extra:
+        cursor.execute(f"DROP TABLE {table}")
+    for table, columns in V3_COLUMNS.items():
+        for column in columns:
+            cursor.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    for _, sql in _objects(v2, "view").items():
+        cursor.execute(sql)
+    v2.close()
+    cursor.execute("PRAGMA user_version = 2")
+
+
+def _v2_statements():
+    """Version 2's schema is version 1's frozen text."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "sql" / "0001_fenceq_v1.sql").read_text(encoding="utf-8")
+    pending = ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n\t;") and not pending.rstrip().endswith("user_version = 1;"):
+                yield pending
+            pending = ""
+
+
+__depends__ = {"0002_fenceq_v2"}
+
+steps = [step(apply, rollback)]
