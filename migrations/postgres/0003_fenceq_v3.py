@@ -48,7 +48,7 @@ V2_COLUMNS = {
     "_queues": ("queue", "lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max",
                 "dead_letter", "paused", "notify", "created_at"),
 }
-V3_JOB_COLUMNS = ("concurrency_key",)
+V3_JOB_COLUMNS = ("concurrency_key", "progress", "progress_at")
 
 ROLLBACK = """
 DO $$

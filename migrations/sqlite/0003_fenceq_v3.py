@@ -26,8 +26,9 @@ from fenceq.errors import config_error
 
 V2_TABLES = ("fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
              "fenceq__checkpoints", "fenceq__dead_letters")
-V3_COLUMNS = {"fenceq__queues": ("max_claimed", "max_claimed_per_key", "rate_limit", "rate_period"),
-              "fenceq__jobs": ("concurrency_key",)}
+V3_COLUMNS = {"fenceq__queues": ("max_claimed", "max_claimed_per_key", "rate_limit", "rate_period",
+                                 "notify_done"),
+              "fenceq__jobs": ("concurrency_key", "progress", "progress_at")}
 
 
 def _objects(cursor, kind):

@@ -20,6 +20,7 @@ from .backends import AsyncBackend, Backend, backend_of, open_async_backend, ope
 from .backends.migrations import migrate
 from .errors import config_error
 from .types import Claim, ClaimState, DeadLetter, Fence, Job
+from .waiting import Waiter
 
 __all__ = ["AsyncClient", "Client", "backend_of", "connect", "connect_async", "resolve_url"]
 
@@ -68,6 +69,9 @@ class _Operations:
     def set_queue_notify(self, queue: str, notify: bool) -> bool:
         return self._call(ops.set_queue_notify(queue, notify))
 
+    def set_queue_notify_done(self, queue: str, notify: bool) -> bool:
+        return self._call(ops.set_queue_notify_done(queue, notify))
+
     # Producers
     def submit(self, queue: str, task: str, payload: Any = None, *, submission_id: str | None = None,
                job_id: str | None = None, priority: int | None = None, run_at: datetime | None = None,
@@ -114,6 +118,9 @@ class _Operations:
 
     def set_pid(self, fence: Fence, pid: int) -> bool:
         return self._call(ops.set_pid(fence, pid))
+
+    def progress(self, fence: Fence, progress: Any) -> bool:
+        return self._call(ops.progress(fence, progress))
 
     def claim_state(self, fence: Fence) -> ClaimState | None:
         return self._call(ops.claim_state(fence))
@@ -166,6 +173,18 @@ class Client(_Operations):
     def _call(self, op: ops.Op) -> Any:
         return self._backend.run(op)
 
+    def wait(self, job_id: str, *, timeout: float | timedelta | None = None) -> Job | None:
+        """The job once it is terminal (None when there is no such job),
+        ``TimeoutError`` (``waiting.WaitTimeout``) after ``timeout``
+        seconds: docs/guarantees.md §17."""
+        return Waiter().wait(self._backend, job_id, timeout)
+
+    def submit_and_wait(self, queue: str, task: str, payload: Any = None, *,
+                        timeout: float | timedelta | None = None, **options: Any) -> Job | None:
+        """``submit`` (``options`` are its keywords), then ``wait``; the
+        timeout's ``job_id`` names the job."""
+        return self.wait(self.submit(queue, task, payload, **options), timeout=timeout)
+
     def migrate(self) -> list:
         """Apply the migrations for this client's URL, then verify_schema."""
         if self.url is None:
@@ -190,6 +209,13 @@ class AsyncClient(_Operations):
 
     async def _call(self, op: ops.Op) -> Any:
         return await self._backend.run(op)
+
+    async def wait(self, job_id: str, *, timeout: float | timedelta | None = None) -> Job | None:
+        return await Waiter().wait_async(self._backend, job_id, timeout)
+
+    async def submit_and_wait(self, queue: str, task: str, payload: Any = None, *,
+                              timeout: float | timedelta | None = None, **options: Any) -> Job | None:
+        return await self.wait(await self.submit(queue, task, payload, **options), timeout=timeout)
 
     async def migrate(self) -> list:
         if self.url is None:

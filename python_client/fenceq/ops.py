@@ -108,6 +108,12 @@ def set_queue_notify(queue, notify) -> Op:
                                         ("notify", "boolean", v.boolean(notify, "notify"))), Shape.SCALAR, bool)
 
 
+def set_queue_notify_done(queue, notify) -> Op:
+    return Op("set_queue_notify_done", _args(("queue", "text", v.name(queue, "queue")),
+                                             ("notify", "boolean", v.boolean(notify, "notify"))),
+              Shape.SCALAR, bool)
+
+
 # Producers ------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -292,6 +298,22 @@ def claim_state(fence) -> Op:
 
 def acknowledge_cancel(fence) -> Op:
     return Op("acknowledge_cancel", _args(*_fence_args(fence)), Shape.SCALAR, bool)
+
+
+MAX_PROGRESS_BYTES = 64 * 1024  # a progress report, in canonical form (docs/guarantees.md §17)
+
+
+def progress_text(value) -> str:
+    """A progress report validated and snapshotted as canonical JSON text."""
+    text = v.json_value(value, "progress")
+    if len(text.encode("utf-8")) > MAX_PROGRESS_BYTES:
+        raise config_error("QF103", "progress exceeds 64 KiB in canonical form")
+    return text
+
+
+def progress(fence, value) -> Op:
+    text = progress_text(value)
+    return Op("progress", _args(*_fence_args(fence), ("progress", "jsonb", text)), Shape.SCALAR, bool)
 
 
 def reap(max_rows=None) -> Op:

@@ -77,6 +77,9 @@ class Job:
     dlq_id: str | None
     created_at: datetime
     finished_at: datetime | None
+    # Version 3: the latest progress report of a claim, and when it was recorded.
+    progress: Any = None
+    progress_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

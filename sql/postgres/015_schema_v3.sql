@@ -18,3 +18,14 @@ ALTER TABLE fenceq._queues
 -- A job's concurrency key: max_claimed_per_key counts claimed jobs per key.
 ALTER TABLE fenceq._jobs
     ADD COLUMN IF NOT EXISTS concurrency_key text COLLATE "C";
+
+-- Waiting for results and fenced progress (docs/guarantees.md §17): whether
+-- a queue's terminal transitions notify fenceq_done (off by default: a
+-- notifying commit serialises, §11), and a claimed job's latest progress
+-- report. progress and progress_at are written by heartbeat-like updates:
+-- no index may cover them, so that those stay HOT.
+ALTER TABLE fenceq._queues
+    ADD COLUMN IF NOT EXISTS notify_done boolean NOT NULL DEFAULT false;
+ALTER TABLE fenceq._jobs
+    ADD COLUMN IF NOT EXISTS progress jsonb,
+    ADD COLUMN IF NOT EXISTS progress_at timestamptz;

@@ -142,6 +142,7 @@ BEGIN
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
         PERFORM pg_notify('fenceq_control', v_holder);
+        PERFORM fenceq._notify_done(ARRAY[v_holder]);
     END LOOP;
 
     IF v_run_at <= v_now AND v_queue.notify THEN

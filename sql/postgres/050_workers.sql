@@ -547,7 +547,9 @@ COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], int
 -- clock is read in the projection above that lock (a condition written
 -- beside the lock could be pushed below it), and the materialized CTE keeps
 -- the fence conditions on that reading, so a lock wait past the lease can
--- never authorise the write.
+-- never authorise the write. Its RETURNING reads the queue's notify_done
+-- switch (a primary-key probe), so a queue with the switch off pays no
+-- further call (part 58).
 CREATE OR REPLACE FUNCTION fenceq.complete(
     job_id text, owner_id text, generation bigint, claim_token text,
     result jsonb DEFAULT NULL)
@@ -559,6 +561,8 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_notify_done boolean;
 BEGIN
     IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
@@ -578,8 +582,16 @@ BEGIN
       FROM locked AS l
      WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
        AND l.generation = complete.generation AND l.claim_token = complete.claim_token
-       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at;
-    RETURN FOUND;
+       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
+    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
+         INTO v_notify_done;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_notify_done THEN
+        PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
+    END IF;
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION fenceq.complete(text, text, bigint, text, jsonb) IS
@@ -602,6 +614,7 @@ DECLARE
     v_count integer;
     v_now timestamptz;
     v_answers boolean[];
+    v_notify_done text[];  -- the completed jobs whose queues notify
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
@@ -641,10 +654,15 @@ BEGIN
                result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
           FROM winners AS w
          WHERE j.job_id = w.j
-        RETURNING w.i)
-    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i)
-      INTO v_answers
+        RETURNING w.i, j.job_id, j.queue)
+    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
+           (SELECT array_agg(c.job_id) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
+      INTO v_answers, v_notify_done
       FROM fences AS f;
+    IF v_notify_done IS NOT NULL THEN
+        PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
     RETURN v_answers;
 END
 $$;
@@ -708,6 +726,9 @@ BEGIN
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
      WHERE j.job_id = (_retry_or_fail.job).job_id;
+    IF v_queue.notify_done THEN
+        PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
+    END IF;
     RETURN 'failed';
 END
 $$;
@@ -921,6 +942,7 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
     RETURN true;
 END
 $$;
@@ -945,6 +967,7 @@ DECLARE
     v_now timestamptz;
     v_left integer := reap.max_rows;
     v_cutoff timestamptz;
+    v_expired text[];
 BEGIN
     IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
         PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
@@ -966,6 +989,7 @@ BEGIN
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
             cancelled := cancelled + 1;
         ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
             requeued := requeued + 1;
@@ -980,10 +1004,14 @@ BEGIN
              WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
              ORDER BY j.expires_at
              LIMIT v_left
-               FOR UPDATE SKIP LOCKED)
-        UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
-          FROM overdue WHERE j.job_id = overdue.job_id;
-        GET DIAGNOSTICS expired = ROW_COUNT;
+               FOR UPDATE SKIP LOCKED),
+        expired_now AS (
+            UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+              FROM overdue WHERE j.job_id = overdue.job_id
+            RETURNING j.job_id)
+        SELECT array_agg(e.job_id) INTO v_expired FROM expired_now AS e;
+        expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._notify_done(v_expired);
     END IF;
     RETURN NEXT;
 END

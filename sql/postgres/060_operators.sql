@@ -28,6 +28,7 @@ BEGIN
     IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
         UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = cancel.job_id;
+        PERFORM fenceq._notify_done(ARRAY[cancel.job_id]);
         v_answer := 'cancelled';
     ELSIF v_job.status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
@@ -49,7 +50,7 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.max_attempts, j.run_at, j.expires_at, j.owner_id, j.generation,
        j.lease_expires_at, j.budget_expires_at, j.cancel_requested, j.pid, j.result,
        j.last_error, j.submission_id, j.fingerprint, j.active_key, j.dlq_id,
-       j.created_at, j.finished_at
+       j.created_at, j.finished_at, j.progress, j.progress_at
   FROM fenceq._jobs AS j;
 COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
 

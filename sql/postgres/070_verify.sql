@@ -29,6 +29,8 @@ BEGIN
         ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
         ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
         ('_jobs', 'concurrency_key', 'text', false),
+        ('_queues', 'notify_done', 'boolean', true), ('_jobs', 'progress', 'jsonb', false),
+        ('_jobs', 'progress_at', 'timestamp with time zone', false),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
         ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
         ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
@@ -129,7 +131,7 @@ BEGIN
                        'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
                        'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
-                       'created_at', 'finished_at']),
+                       'created_at', 'finished_at', 'progress', 'progress_at']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
                               'oldest_due_age', 'paused', 'notify']),
@@ -157,7 +159,8 @@ BEGIN
         ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
         ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
-        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attrdef AS d

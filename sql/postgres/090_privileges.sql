@@ -84,7 +84,8 @@ DECLARE
         'fenceq_worker', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version',
             'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
             'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
-            'acknowledge_cancel', 'reap'));
+            'acknowledge_cancel', 'reap',
+            'progress'));
 BEGIN
     SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
     FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP

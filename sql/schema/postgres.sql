@@ -335,6 +335,8 @@ CREATE TABLE fenceq._jobs (
     created_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
     concurrency_key text COLLATE pg_catalog."C",
+    progress jsonb,
+    progress_at timestamp with time zone,
     CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
     CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
     CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
@@ -618,6 +620,22 @@ ALTER FUNCTION fenceq._new_job_id() OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._new_job_id() IS 'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
 
+CREATE FUNCTION fenceq._notify_done(job_ids text[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+BEGIN
+    PERFORM pg_notify('fenceq_done', j.job_id)
+       FROM fenceq._jobs AS j JOIN fenceq._queues AS q ON q.queue = j.queue
+      WHERE j.job_id = ANY (_notify_done.job_ids) AND q.notify_done;
+END
+$$;
+
+ALTER FUNCTION fenceq._notify_done(job_ids text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._notify_done(job_ids text[]) IS 'Private. Send fenceq_done (payload: the job id) for each of these jobs whose queue has notify_done on.';
+
 CREATE FUNCTION fenceq._notify_jobs(queue text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -682,6 +700,9 @@ BEGIN
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
      WHERE j.job_id = (_retry_or_fail.job).job_id;
+    IF v_queue.notify_done THEN
+        PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
+    END IF;
     RETURN 'failed';
 END
 $$;
@@ -846,6 +867,7 @@ BEGIN
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
         PERFORM pg_notify('fenceq_control', v_holder);
+        PERFORM fenceq._notify_done(ARRAY[v_holder]);
     END LOOP;
 
     IF v_run_at <= v_now AND v_queue.notify THEN
@@ -878,6 +900,7 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
     RETURN true;
 END
 $$;
@@ -940,6 +963,7 @@ BEGIN
     IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
         UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = cancel.job_id;
+        PERFORM fenceq._notify_done(ARRAY[cancel.job_id]);
         v_answer := 'cancelled';
     ELSIF v_job.status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
@@ -1300,6 +1324,8 @@ CREATE FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, c
     SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
+DECLARE
+    v_notify_done boolean;
 BEGIN
     IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
@@ -1319,8 +1345,16 @@ BEGIN
       FROM locked AS l
      WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
        AND l.generation = complete.generation AND l.claim_token = complete.claim_token
-       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at;
-    RETURN FOUND;
+       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
+    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
+         INTO v_notify_done;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_notify_done THEN
+        PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
+    END IF;
+    RETURN true;
 END
 $$;
 
@@ -1339,6 +1373,7 @@ DECLARE
     v_count integer;
     v_now timestamptz;
     v_answers boolean[];
+    v_notify_done text[];  -- the completed jobs whose queues notify
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
@@ -1378,10 +1413,15 @@ BEGIN
                result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
           FROM winners AS w
          WHERE j.job_id = w.j
-        RETURNING w.i)
-    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i)
-      INTO v_answers
+        RETURNING w.i, j.job_id, j.queue)
+    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
+           (SELECT array_agg(c.job_id) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
+      INTO v_answers, v_notify_done
       FROM fences AS f;
+    IF v_notify_done IS NOT NULL THEN
+        PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
     RETURN v_answers;
 END
 $$;
@@ -1508,7 +1548,9 @@ CREATE VIEW fenceq.jobs AS
     j.active_key,
     j.dlq_id,
     j.created_at,
-    j.finished_at
+    j.finished_at,
+    j.progress,
+    j.progress_at
    FROM fenceq._jobs j;
 
 ALTER TABLE fenceq.jobs OWNER TO fenceq_owner;
@@ -1631,6 +1673,47 @@ ALTER FUNCTION fenceq.pause_queue(queue text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.pause_queue(queue text) IS 'Pause claims from a queue (submissions still accepted). True when the flag changed; QF101 for an unknown queue.';
 
+CREATE FUNCTION fenceq.progress(job_id text, owner_id text, generation bigint, claim_token text, progress jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- jsonb's text is never shorter than the canonical form: a cheap first
+    -- test of the size.
+    IF NOT coalesce(fenceq._is_plain_json(progress.progress)
+                    AND octet_length(progress.progress::text) <= 65536, true) THEN
+        PERFORM fenceq._check_json(progress.progress, 'progress');
+        IF octet_length(fenceq._canonical_json(progress.progress)) > 65536 THEN
+            PERFORM fenceq._raise('QF103', 'progress exceeds 64 KiB in canonical form');
+        END IF;
+    END IF;
+    IF NOT coalesce(fenceq._is_plain_fence(progress.job_id, progress.owner_id,
+                                           progress.generation, progress.claim_token), false) THEN
+        PERFORM fenceq._check_fence(progress.job_id, progress.owner_id, progress.generation, progress.claim_token);
+    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at
+              FROM fenceq._jobs AS j WHERE j.job_id = progress.job_id
+               FOR UPDATE) AS l)
+    UPDATE fenceq._jobs AS j
+       SET progress = nullif(progress.progress, 'null'::jsonb), progress_at = l.locked_at,
+           lease_expires_at = least(l.locked_at + j.lease, j.budget_expires_at)
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = progress.owner_id
+       AND l.generation = progress.generation AND l.claim_token = progress.claim_token
+       AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
+END
+$$;
+
+ALTER FUNCTION fenceq.progress(job_id text, owner_id text, generation bigint, claim_token text, progress jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.progress(job_id text, owner_id text, generation bigint, claim_token text, progress jsonb) IS 'Record a progress report (JSON, at most 64 KiB canonical) on a live claim and renew its lease as heartbeat does. True while live; false when stale, expired, terminal or past its budget.';
+
 CREATE FUNCTION fenceq.purge(older_than interval, max_rows integer DEFAULT 10000, submissions_older_than interval DEFAULT NULL::interval) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1689,6 +1772,7 @@ DECLARE
     v_now timestamptz;
     v_left integer := reap.max_rows;
     v_cutoff timestamptz;
+    v_expired text[];
 BEGIN
     IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
         PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
@@ -1710,6 +1794,7 @@ BEGIN
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
             cancelled := cancelled + 1;
         ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
             requeued := requeued + 1;
@@ -1724,10 +1809,14 @@ BEGIN
              WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
              ORDER BY j.expires_at
              LIMIT v_left
-               FOR UPDATE SKIP LOCKED)
-        UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
-          FROM overdue WHERE j.job_id = overdue.job_id;
-        GET DIAGNOSTICS expired = ROW_COUNT;
+               FOR UPDATE SKIP LOCKED),
+        expired_now AS (
+            UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+              FROM overdue WHERE j.job_id = overdue.job_id
+            RETURNING j.job_id)
+        SELECT array_agg(e.job_id) INTO v_expired FROM expired_now AS e;
+        expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._notify_done(v_expired);
     END IF;
     RETURN NEXT;
 END
@@ -1902,6 +1991,32 @@ $$;
 ALTER FUNCTION fenceq.set_queue_notify(queue text, notify boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) IS 'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
+
+CREATE FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(set_queue_notify_done.queue, 'queue');
+    IF set_queue_notify_done.notify IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'notify is required');
+    END IF;
+    UPDATE fenceq._queues AS q SET notify_done = set_queue_notify_done.notify
+     WHERE q.queue = set_queue_notify_done.queue AND q.notify_done <> set_queue_notify_done.notify;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = set_queue_notify_done.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    RETURN false;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) IS 'Turn fenceq_done notifications (one per job reaching a terminal state, payload the job id) for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
 
 CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2206,6 +2321,8 @@ BEGIN
         ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
         ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
         ('_jobs', 'concurrency_key', 'text', false),
+        ('_queues', 'notify_done', 'boolean', true), ('_jobs', 'progress', 'jsonb', false),
+        ('_jobs', 'progress_at', 'timestamp with time zone', false),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
         ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
         ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
@@ -2306,7 +2423,7 @@ BEGIN
                        'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
                        'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
-                       'created_at', 'finished_at']),
+                       'created_at', 'finished_at', 'progress', 'progress_at']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
                               'oldest_due_age', 'paused', 'notify']),
@@ -2334,7 +2451,8 @@ BEGIN
         ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
         ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
-        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attrdef AS d
@@ -2498,7 +2616,8 @@ CREATE TABLE fenceq._queues (
     max_claimed integer,
     max_claimed_per_key integer,
     rate_limit integer,
-    rate_period interval
+    rate_period interval,
+    notify_done boolean DEFAULT false NOT NULL
 );
 
 ALTER TABLE fenceq._queues OWNER TO fenceq_owner;
@@ -2706,6 +2825,8 @@ REVOKE ALL ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation 
 
 REVOKE ALL ON FUNCTION fenceq._new_job_id() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._notify_done(job_ids text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
@@ -2779,6 +2900,10 @@ GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], g
 REVOKE ALL ON FUNCTION fenceq.pause_queue(queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.pause_queue(queue text) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.progress(job_id text, owner_id text, generation bigint, claim_token text, progress jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.progress(job_id text, owner_id text, generation bigint, claim_token text, progress jsonb) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.progress(job_id text, owner_id text, generation bigint, claim_token text, progress jsonb) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) TO fenceq_admin;
 
@@ -2806,6 +2931,9 @@ GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigi
 
 REVOKE ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_producer;

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS fenceq__queues (
     max_claimed         INTEGER,
     max_claimed_per_key INTEGER,
     rate_limit          INTEGER,
-    rate_period         INTEGER
+    rate_period         INTEGER,
+    notify_done         INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
 -- Jobs: one row per job, carrying its current fence (owner_id, generation,
@@ -73,7 +74,9 @@ CREATE TABLE IF NOT EXISTS fenceq__jobs (
     created_at        INTEGER NOT NULL,
     finished_at       INTEGER,
     -- Added in version 3 (an upgrade appends them with ALTER TABLE):
-    concurrency_key   TEXT
+    concurrency_key   TEXT,
+    progress          TEXT,
+    progress_at       INTEGER
 ) STRICT;
 
 -- Claim path: one ordered scan per queue (claim_next merges the heads).
@@ -169,7 +172,11 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        || printf('.%06dZ', (j.created_at % 1000000 + 1000000) % 1000000) AS created_at,
        strftime('%Y-%m-%dT%H:%M:%S', j.finished_at / 1000000 - (j.finished_at % 1000000 < 0),
                 'unixepoch')
-       || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at
+       || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at,
+       j.progress,
+       strftime('%Y-%m-%dT%H:%M:%S', j.progress_at / 1000000 - (j.progress_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.progress_at % 1000000 + 1000000) % 1000000) AS progress_at
   FROM fenceq__jobs AS j;
 
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS

@@ -46,6 +46,7 @@ class Row:
     result: Any = None
     last_error: str | None = None
     checkpoints: dict[str, Any] = field(default_factory=dict)
+    progress: Any = None
 
 
 class FakeBackend:
@@ -178,6 +179,12 @@ class FakeBackend:
             row.lease_expires_at = min(row.lease_expires_at, row.budget_expires_at)
         return True
 
+    def progress(self, job_id: str, owner_id: str, generation: int, claim_token: str, progress: str) -> bool:
+        renewed = self.heartbeat(job_id, owner_id, generation, claim_token)
+        if renewed:
+            self.rows[job_id].progress = json.loads(progress)
+        return renewed
+
     def heartbeat_batch(self, job_ids: list[str], owner_ids: list[str], generations: list[int],
                         claim_tokens: list[str], lease: timedelta | None = None) -> list[bool]:
         return [self.heartbeat(*fence, lease=lease) for fence in zip(job_ids, owner_ids, generations, claim_tokens)]
@@ -255,4 +262,4 @@ class FakeBackend:
                    lease_expires_at=row.lease_expires_at, budget_expires_at=row.budget_expires_at,
                    cancel_requested=row.cancel_requested, pid=None, result=row.result, last_error=row.last_error,
                    submission_id=None, fingerprint=None, active_key=None, dlq_id=None, created_at=self.now(),
-                   finished_at=None)
+                   finished_at=None, progress=row.progress)

@@ -4,6 +4,7 @@ one function of that name), in autocommit or inside the caller's transaction.
 
 The async backend also LISTENs (``listen``) and holds the worker fleet's
 exclusive duties with transaction-scoped advisory locks (``exclusive``).
+Both open listening connections of their own for waits (``listener``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,37 @@ def connection_url(url: str) -> str:
     return scheme.split("+", 1)[0] + sep + rest
 
 
+def _listen_statements(channels: Sequence[str]) -> list[psycopg.sql.Composed]:
+    return [psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(c)) for c in channels]
+
+
+class _Listener:
+    """A listening connection (``Backend.listener``): the notifications
+    that arrive within a timeout, returned at the first."""
+
+    def __init__(self, connection: psycopg.Connection):
+        self._connection = connection
+
+    def notifications(self, timeout: float) -> list[Notification]:
+        try:
+            return [Notification(n.channel, n.payload)
+                    for n in self._connection.notifies(timeout=timeout, stop_after=1)]
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+
+
+class _AsyncListener:
+    def __init__(self, connection: psycopg.AsyncConnection):
+        self._connection = connection
+
+    async def notifications(self, timeout: float) -> list[Notification]:
+        try:
+            return [Notification(n.channel, n.payload)
+                    async for n in self._connection.notifies(timeout=timeout, stop_after=1)]
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+
+
 class PostgresBackend:
     """Runs operations on an owned connection (autocommit), a caller's
     connection (inside whatever transaction it has open) or a caller's pool."""
@@ -121,6 +153,7 @@ class PostgresBackend:
         self._owned = connection is None and pool is None
         self._pool = pool
         self._connection = connection
+        self._url = url  # listeners open connections of their own from it
         if self._owned:
             try:
                 self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
@@ -149,15 +182,41 @@ class PostgresBackend:
         if self._owned and self._connection is not None:
             self._connection.close()
 
+    @contextlib.contextmanager
+    def listener(self, channels: Sequence[str]) -> Iterator[_Listener | None]:
+        """A connection of the pool, or a new one from the URL; none on the
+        caller's own connection, whose transaction would hold the
+        notifications back."""
+        if not self._owned and self._pool is None:
+            yield None
+            return
+        try:
+            with contextlib.ExitStack() as stack:
+                if self._pool is not None:
+                    conn = stack.enter_context(self._pool.connection())
+                    autocommit = conn.autocommit
+                    conn.autocommit = True
+                    stack.callback(setattr, conn, "autocommit", autocommit)
+                    stack.callback(conn.execute, "UNLISTEN *")
+                else:
+                    conn = stack.enter_context(psycopg.connect(connection_url(self._url or ""), autocommit=True))
+                for listen in _listen_statements(channels):
+                    conn.execute(listen)
+                yield _Listener(conn)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+
 
 class AsyncPostgresBackend:
     name = "postgres"
     capabilities = CAPABILITIES
 
-    def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False):
+    def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False,
+                 url: str | None = None):
         self._owned = owned
         self._pool = pool
         self._connection = connection
+        self._url = url  # of an owned connection: listeners open their own from it
 
     @classmethod
     async def connect(cls, url: str) -> "AsyncPostgresBackend":
@@ -165,7 +224,7 @@ class AsyncPostgresBackend:
             connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
-        return cls(connection=connection, owned=True)
+        return cls(connection=connection, owned=True, url=url)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -201,9 +260,32 @@ class AsyncPostgresBackend:
 
         try:
             async with self._conn() as conn:
-                for channel in channels:
-                    await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+                for listen in _listen_statements(channels):
+                    await conn.execute(listen)
                 yield notifications(conn)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def listener(self, channels: Sequence[str]) -> AsyncIterator[_AsyncListener | None]:
+        """As ``PostgresBackend.listener``."""
+        if self._url is None and self._pool is None:
+            yield None
+            return
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self._pool is not None:
+                    conn = await stack.enter_async_context(self._pool.connection())
+                    autocommit = conn.autocommit
+                    await conn.set_autocommit(True)
+                    stack.push_async_callback(conn.set_autocommit, autocommit)
+                    stack.push_async_callback(conn.execute, "UNLISTEN *")
+                else:
+                    conn = await stack.enter_async_context(
+                        await psycopg.AsyncConnection.connect(connection_url(self._url or ""), autocommit=True))
+                for listen in _listen_statements(channels):
+                    await conn.execute(listen)
+                yield _AsyncListener(conn)
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
 

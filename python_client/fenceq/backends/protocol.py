@@ -10,7 +10,7 @@ Every driver import and every engine-specific line lives in this package.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncContextManager, AsyncIterator, Protocol, Sequence
+from typing import Any, AsyncContextManager, AsyncIterator, ContextManager, Protocol, Sequence
 
 from ..ops import Op
 
@@ -18,6 +18,9 @@ from ..ops import Op
 # due, and a claim's state changed (the payload is the job id).
 JOBS_CHANNEL = "fenceq_jobs"
 CONTROL_CHANNEL = "fenceq_control"
+# A job reached a terminal state (the payload is its id), where its queue's
+# notify_done switch is on.
+DONE_CHANNEL = "fenceq_done"
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,17 @@ class Notification:
     payload: str
 
 
+class Listener(Protocol):
+    def notifications(self, timeout: float) -> list[Notification]:
+        """Wait up to ``timeout`` seconds for notifications; those that
+        arrived (none at the timeout). Raises ``PersistenceFailed`` once
+        the connection is lost."""
+
+
+class AsyncListener(Protocol):
+    async def notifications(self, timeout: float) -> list[Notification]: ...
+
+
 class Backend(Protocol):
     name: str                   # "postgres" or "sqlite"
     capabilities: Capabilities
@@ -42,6 +56,11 @@ class Backend(Protocol):
         when the outcome is unknown)."""
 
     def close(self) -> None: ...
+
+    def listener(self, channels: Sequence[str]) -> ContextManager[Listener | None]:
+        """For the block, a connection of its own (never the one calls run
+        on) subscribed to ``channels``; None when the backend has none to
+        offer (no notifications, or the caller's own connection)."""
 
 
 class AsyncBackend(Protocol):
@@ -63,3 +82,6 @@ class AsyncBackend(Protocol):
 
     def schema_missing(self, error: BaseException) -> bool:
         """Whether a failed call says fenceq is not installed in the database."""
+
+    def listener(self, channels: Sequence[str]) -> AsyncContextManager[AsyncListener | None]:
+        """As ``Backend.listener``."""

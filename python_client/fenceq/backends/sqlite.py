@@ -25,7 +25,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Iterator, Sequence
 
 from .. import canonical
 from .._resources import sql_dir
@@ -341,6 +341,10 @@ class SqliteBackend:
         with self._lock:
             self._connection.close()
 
+    @contextlib.contextmanager
+    def listener(self, channels: Sequence[str]) -> Iterator[None]:
+        yield None  # no notifications: waits poll
+
 
 class AsyncSqliteBackend:
     """The sync backend on a private worker thread, so that no call blocks
@@ -374,6 +378,10 @@ class AsyncSqliteBackend:
 
     def listen(self, channels: Sequence[str]) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Notification]]:
         raise config_error("QF100", "SQLite has no notifications: poll instead")
+
+    @contextlib.asynccontextmanager
+    async def listener(self, channels: Sequence[str]) -> AsyncIterator[None]:
+        yield None  # no notifications: waits poll
 
     @contextlib.asynccontextmanager
     async def exclusive(self, duty: str) -> AsyncIterator["AsyncSqliteBackend"]:
@@ -410,7 +418,8 @@ EXPECTED_COLUMNS = {
         "backoff_max": ("INTEGER", True), "dead_letter": ("INTEGER", True), "paused": ("INTEGER", True),
         "notify": ("INTEGER", True), "created_at": ("INTEGER", True),
         "max_claimed": ("INTEGER", False), "max_claimed_per_key": ("INTEGER", False),
-        "rate_limit": ("INTEGER", False), "rate_period": ("INTEGER", False)},
+        "rate_limit": ("INTEGER", False), "rate_period": ("INTEGER", False),
+        "notify_done": ("INTEGER", True)},
     "fenceq__jobs": {
         "seq": ("INTEGER", False), "job_id": ("TEXT", True), "queue": ("TEXT", True),
         "task": ("TEXT", True), "payload": ("TEXT", False), "priority": ("INTEGER", True),
@@ -422,7 +431,8 @@ EXPECTED_COLUMNS = {
         "last_error": ("TEXT", False), "submission_id": ("TEXT", False),
         "fingerprint": ("TEXT", False), "active_key": ("TEXT", False), "dlq_id": ("TEXT", False),
         "created_at": ("INTEGER", True), "finished_at": ("INTEGER", False),
-        "concurrency_key": ("TEXT", False)},
+        "concurrency_key": ("TEXT", False),
+        "progress": ("TEXT", False), "progress_at": ("INTEGER", False)},
     "fenceq__submissions": {
         "submission_id": ("TEXT", True), "fingerprint": ("TEXT", True), "job_id": ("TEXT", True),
         "queue": ("TEXT", True), "created_at": ("INTEGER", True)},
@@ -444,6 +454,7 @@ EXPECTED_DEFAULTS = {
     ("fenceq__jobs", "status"): "'pending'", ("fenceq__jobs", "attempts"): "0",
     ("fenceq__jobs", "generation"): "0", ("fenceq__jobs", "cancel_requested"): "0",
     ("fenceq__queues", "paused"): "0", ("fenceq__queues", "notify"): "1",
+    ("fenceq__queues", "notify_done"): "0",
 }
 
 # Identity is arbitrated by exact, full, single-column unique indexes.

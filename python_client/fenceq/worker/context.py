@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import threading
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
+from .. import ops
 from ..types import Fence
 from .state import InFlight
 
@@ -43,10 +45,40 @@ class JobCalls(Protocol):
     async def heartbeat(self, job: InFlight) -> bool: ...
 
 
+NO_REPORT = object()  # no progress report waiting (None is a report: it clears the last one)
+
+
+class PendingProgress:
+    """The latest progress report a handler made that the heartbeater has
+    not sent yet: put from the handler (its thread, or the loop), taken by
+    the heartbeater, which sends it instead of the job's next heartbeat."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: Any = NO_REPORT
+
+    def put(self, value: Any) -> None:
+        with self._lock:
+            self._value = value
+
+    def take(self) -> Any:
+        """The waiting report (``NO_REPORT`` when none), which is no longer waiting."""
+        with self._lock:
+            value, self._value = self._value, NO_REPORT
+        return value
+
+    def put_back(self, value: Any) -> None:
+        """A report whose write did not reach the database, unless a newer one came meanwhile."""
+        with self._lock:
+            if self._value is NO_REPORT:
+                self._value = value
+
+
 class _ContextBase:
     def __init__(self, job: InFlight, calls: JobCalls):
         self._job = job
         self._calls = calls
+        self.pending_progress = PendingProgress()
         claim = job.claim
         self.job_id: str = claim.job_id
         self.queue: str = claim.queue
@@ -87,6 +119,17 @@ class _ContextBase:
     def raise_if_lost(self) -> None:
         if not self.fence_live:
             raise LeaseLost()
+
+    def progress(self, value: Any) -> None:
+        """Report progress (JSON, at most 64 KiB in canonical form): the
+        latest report is written with the job's next heartbeat, in its place
+        (so a tight loop of reports costs at most one write per heartbeat
+        interval), and a report still waiting when the handler returns is
+        not written. Does not wait. Raises QF103 for a bad value at once,
+        and ``LeaseLost`` once the claim is known to be lost."""
+        if self._job.lost.is_set() or self._job.abandoned:
+            raise LeaseLost()
+        self.pending_progress.put(json.loads(ops.progress_text(value)))  # a snapshot
 
 
 class JobContext(_ContextBase):

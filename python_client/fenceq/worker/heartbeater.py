@@ -2,13 +2,19 @@
 ``heartbeat_fraction``, in one ``heartbeat_batch`` for all jobs due within
 half a period. Each job keeps a local deadline (send time of its last
 renewal + lease) so that after a pause the handler knows at once that its
-lease may be gone."""
+lease may be gone. A job whose handler reported progress (``ctx.progress``)
+is renewed by writing its latest report with ``progress`` instead, which
+renews the lease as a heartbeat does: one write per job per beat either
+way."""
 
 from __future__ import annotations
 
 import logging
 
+from typing import Any
+
 from ..errors import PersistenceFailed
+from .context import NO_REPORT
 from .fenced_writer import FencedWriter, Verdict
 from .pool import Pool
 from .state import InFlight, WorkerState
@@ -48,23 +54,31 @@ class Heartbeater:
         fraction, clock = state.settings.heartbeat_fraction, state.clock
         lease = state.settings.lease_delta
         sent = clock.monotonic()
+        reports = {job: report for job in batch if (report := _take_report(job)) is not NO_REPORT}
+        beats = [job for job in batch if job not in reports]
+        answers: dict[InFlight, bool] = {}
         try:
             async with self._pool.client() as client:
-                if len(batch) == 1:
-                    answers = [await client.heartbeat(batch[0].fence, lease=lease)]
-                else:
-                    answers = await client.heartbeat_batch([j.fence for j in batch], lease=lease)
+                for job, report in reports.items():
+                    answers[job] = await client.progress(job.fence, report)
+                if len(beats) == 1:
+                    answers[beats[0]] = await client.heartbeat(beats[0].fence, lease=lease)
+                elif beats:
+                    answers.update(zip(beats, await client.heartbeat_batch([j.fence for j in beats], lease=lease)))
         except PersistenceFailed:
             state.events.emit("heartbeat_failed", "heartbeat could not reach the database; retrying",
-                              level=logging.WARNING, jobs=len(batch))
+                              level=logging.WARNING, jobs=len(batch) - len(answers))
             for job in batch:
-                job.next_heartbeat = clock.monotonic() + min(0.25, job.lease * fraction / 2)
-            return
-        for job, ok in zip(batch, answers):
+                if job not in answers:
+                    job.next_heartbeat = clock.monotonic() + min(0.25, job.lease * fraction / 2)
+                    if job in reports:
+                        job.ctx.pending_progress.put_back(reports[job])
+        for job, ok in answers.items():
             if ok:
                 job.renewed(sent, fraction)
             elif not job.settling:
-                state.lose(job, "heartbeat refused: the lease lapsed or the job was taken over")
+                write = "progress" if job in reports else "heartbeat"
+                state.lose(job, f"{write} refused: the lease lapsed or the job was taken over")
             else:
                 job.next_heartbeat = float("inf")
 
@@ -78,3 +92,11 @@ class Heartbeater:
         if verdict is Verdict.REFUSED:
             self._state.lose(job, "heartbeat refused")
         return False
+
+
+def _take_report(job: InFlight) -> Any:
+    """The job's waiting progress report; none once its handler is done
+    (the outcome supersedes it)."""
+    if job.ctx is None or job.settling:
+        return NO_REPORT
+    return job.ctx.pending_progress.take()

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS fenceq__queues (
     max_claimed         INTEGER,
     max_claimed_per_key INTEGER,
     rate_limit          INTEGER,
-    rate_period         INTEGER
+    rate_period         INTEGER,
+    notify_done         INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
 -- Jobs: one row per job, carrying its current fence (owner_id, generation,
@@ -72,7 +73,9 @@ CREATE TABLE IF NOT EXISTS fenceq__jobs (
     created_at        INTEGER NOT NULL,
     finished_at       INTEGER,
     -- Added in version 3 (an upgrade appends them with ALTER TABLE):
-    concurrency_key   TEXT
+    concurrency_key   TEXT,
+    progress          TEXT,
+    progress_at       INTEGER
 ) STRICT;
 
 -- Claim path: one ordered scan per queue (claim_next merges the heads).
@@ -156,7 +159,9 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.cancel_requested, j.pid, j.result, j.last_error, j.submission_id, j.fingerprint,
        j.active_key, j.dlq_id,
        {{micros_utc_text(j.created_at)}} AS created_at,
-       {{micros_utc_text(j.finished_at)}} AS finished_at
+       {{micros_utc_text(j.finished_at)}} AS finished_at,
+       j.progress,
+       {{micros_utc_text(j.progress_at)}} AS progress_at
   FROM fenceq__jobs AS j;
 
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
