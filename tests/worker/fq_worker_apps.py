@@ -128,3 +128,14 @@ def broken(ctx):
 @app.task("noop")
 def noop(ctx):
     return None
+
+
+@app.task("reporter")
+def reporter(ctx):
+    """Reports progress in a tight loop until the file named ``until`` exists."""
+    reports = 0
+    while not os.path.exists(ctx.payload["until"]):
+        reports += 1
+        ctx.progress({"reports": reports})
+        time.sleep(0.001)
+    return {"reports": reports}
