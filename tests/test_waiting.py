@@ -25,6 +25,7 @@ import pytest
 
 import fenceq
 from fenceq.backends import open_async_backend, open_backend
+from fenceq.backends.protocol import DONE_CHANNEL
 from fenceq.ops import Arg, Op
 from fenceq.waiting import Waiter, WaitTimeout
 from helpers import claim, raises_code, wait_until_past
@@ -100,21 +101,47 @@ def check_woken(db, waiter: Waiter, notify_done: bool, job: fenceq.Job | None, s
     assert waiter.notified == (1 if db.backend == "postgres" and notify_done else 0)
 
 
-@pytest.mark.parametrize("notify_done", [True, False], ids=["notify_done", "polling"])
-def test_wait_returns_the_job_another_process_completes(db, notify_done):
-    with db.connect() as client, contextlib.closing(open_backend(db.url)) as backend:
+def wait_while_a_process_completes(db, backend: Any, notify_done: bool, listens: bool = True) -> None:
+    """Wait on ``backend`` for a job that a child process completes once the
+    wait is waiting; check how the wait was woken."""
+    expected_reads = reads_before_waiting(db) if listens else 1
+    with db.connect() as client:
         client.create_queue("q")
         client.set_queue_notify_done("q", notify_done)
         job_id = client.submit("q", "t")
         child = completer(db, claim(client, "q").fence)
-        observed, waiter = Observed(backend), waiter_for(db, notify_done)
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(waiter.wait, observed, job_id, PATIENCE)
-            until(lambda: len(observed.statuses) >= reads_before_waiting(db), "the wait is waiting")
-            child.communicate(b"go\n", timeout=PATIENCE)
-            job = waiting.result(PATIENCE)
+    observed = Observed(backend)
+    waiter = waiter_for(db, notify_done) if listens else Waiter()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(waiter.wait, observed, job_id, PATIENCE)
+        until(lambda: len(observed.statuses) >= expected_reads, "the wait is waiting")
+        child.communicate(b"go\n", timeout=PATIENCE)
+        job = waiting.result(PATIENCE)
     assert child.returncode == 0
-    check_woken(db, waiter, notify_done, job, observed.statuses)
+    check_woken(db, waiter, notify_done and listens, job, observed.statuses)
+
+
+@pytest.mark.parametrize("notify_done", [True, False], ids=["notify_done", "polling"])
+def test_wait_returns_the_job_another_process_completes(db, notify_done):
+    with contextlib.closing(open_backend(db.url)) as backend:
+        wait_while_a_process_completes(db, backend, notify_done)
+
+
+def test_a_client_on_a_pool_listens_on_a_connection_of_its_own(pg):
+    """The pool's one connection stays free for the wait's reads."""
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(pg.url, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool, \
+            contextlib.closing(open_backend(pool=pool)) as backend:
+        wait_while_a_process_completes(pg, backend, notify_done=True)
+
+
+def test_a_client_on_the_callers_connection_polls(pg):
+    with psycopg.connect(pg.url, autocommit=True) as connection, \
+            contextlib.closing(open_backend(connection=connection)) as backend:
+        with backend.listener([DONE_CHANNEL]) as listener:
+            assert listener is None
+        wait_while_a_process_completes(pg, backend, notify_done=True, listens=False)
 
 
 @pytest.mark.parametrize("notify_done", [True, False], ids=["notify_done", "polling"])

@@ -4,7 +4,8 @@ one function of that name), in autocommit or inside the caller's transaction.
 
 The async backend also LISTENs (``listen``) and holds the worker fleet's
 exclusive duties with transaction-scoped advisory locks (``exclusive``).
-Both open listening connections of their own for waits (``listener``).
+Both open listening connections of their own for waits (``listener``): a
+connection that cannot be opened leaves the wait to its polls.
 """
 
 from __future__ import annotations
@@ -115,6 +116,29 @@ def _listen_statements(channels: Sequence[str]) -> list[psycopg.sql.Composed]:
     return [psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(c)) for c in channels]
 
 
+def _listen_target(url: str | None, pool: Any) -> tuple[str, dict[str, Any]] | None:
+    """Where a listening connection of its own comes from (``listener``):
+    the client's URL, or its pool's connection settings (a connection
+    borrowed from the pool would starve the calls the waiter makes). None
+    for the caller's own connection, whose transaction would hold the
+    notifications back."""
+    if pool is not None:
+        return pool.conninfo, {**pool.kwargs, "autocommit": True}
+    if url is not None:
+        return connection_url(url), {"autocommit": True}
+    return None
+
+
+def _close(connection: psycopg.Connection | None) -> None:
+    if connection is not None:
+        connection.close()
+
+
+async def _close_async(connection: psycopg.AsyncConnection | None) -> None:
+    if connection is not None:
+        await connection.close()
+
+
 class _Listener:
     """A listening connection (``Backend.listener``): the notifications
     that arrive within a timeout, returned at the first."""
@@ -153,7 +177,7 @@ class PostgresBackend:
         self._owned = connection is None and pool is None
         self._pool = pool
         self._connection = connection
-        self._url = url  # listeners open connections of their own from it
+        self._url = url if self._owned else None  # listeners open connections of their own from it
         if self._owned:
             try:
                 self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
@@ -184,27 +208,20 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def listener(self, channels: Sequence[str]) -> Iterator[_Listener | None]:
-        """A connection of the pool, or a new one from the URL; none on the
-        caller's own connection, whose transaction would hold the
-        notifications back."""
-        if not self._owned and self._pool is None:
-            yield None
-            return
-        try:
-            with contextlib.ExitStack() as stack:
-                if self._pool is not None:
-                    conn = stack.enter_context(self._pool.connection())
-                    autocommit = conn.autocommit
-                    conn.autocommit = True
-                    stack.callback(setattr, conn, "autocommit", autocommit)
-                    stack.callback(conn.execute, "UNLISTEN *")
-                else:
-                    conn = stack.enter_context(psycopg.connect(connection_url(self._url or ""), autocommit=True))
+        target = _listen_target(self._url, self._pool)
+        connection = None
+        if target is not None:
+            try:
+                connection = psycopg.connect(target[0], **target[1])
                 for listen in _listen_statements(channels):
-                    conn.execute(listen)
-                yield _Listener(conn)
-        except psycopg.Error as exc:
-            raise driver_error(exc) from exc
+                    connection.execute(listen)
+            except psycopg.Error:
+                _close(connection)
+                connection = None  # none to spare now: the caller polls
+        try:
+            yield None if connection is None else _Listener(connection)
+        finally:
+            _close(connection)
 
 
 class AsyncPostgresBackend:
@@ -269,25 +286,20 @@ class AsyncPostgresBackend:
     @contextlib.asynccontextmanager
     async def listener(self, channels: Sequence[str]) -> AsyncIterator[_AsyncListener | None]:
         """As ``PostgresBackend.listener``."""
-        if self._url is None and self._pool is None:
-            yield None
-            return
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                if self._pool is not None:
-                    conn = await stack.enter_async_context(self._pool.connection())
-                    autocommit = conn.autocommit
-                    await conn.set_autocommit(True)
-                    stack.push_async_callback(conn.set_autocommit, autocommit)
-                    stack.push_async_callback(conn.execute, "UNLISTEN *")
-                else:
-                    conn = await stack.enter_async_context(
-                        await psycopg.AsyncConnection.connect(connection_url(self._url or ""), autocommit=True))
+        target = _listen_target(self._url, self._pool)
+        connection = None
+        if target is not None:
+            try:
+                connection = await psycopg.AsyncConnection.connect(target[0], **target[1])
                 for listen in _listen_statements(channels):
-                    await conn.execute(listen)
-                yield _AsyncListener(conn)
-        except psycopg.Error as exc:
-            raise driver_error(exc) from exc
+                    await connection.execute(listen)
+            except psycopg.Error:
+                await _close_async(connection)
+                connection = None
+        try:
+            yield None if connection is None else _AsyncListener(connection)
+        finally:
+            await _close_async(connection)
 
     @contextlib.asynccontextmanager
     async def exclusive(self, duty: str) -> AsyncIterator["AsyncPostgresBackend | None"]:
