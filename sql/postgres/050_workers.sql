@@ -548,8 +548,10 @@ COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], int
 -- beside the lock could be pushed below it), and the materialized CTE keeps
 -- the fence conditions on that reading, so a lock wait past the lease can
 -- never authorise the write. Its RETURNING reads the queue's notify_done
--- switch (a primary-key probe), so a queue with the switch off pays no
--- further call (part 58).
+-- switch (one primary-key probe of _queues, a few microseconds: as cheap as
+-- a following statement asking whether any queue has the switch on, and
+-- exact), so that only a queue with the switch on pays for the call that
+-- notifies (part 58).
 CREATE OR REPLACE FUNCTION fenceq.complete(
     job_id text, owner_id text, generation bigint, claim_token text,
     result jsonb DEFAULT NULL)

@@ -10,8 +10,9 @@
 -- notify_done on, sent in the caller's transaction after it made them
 -- terminal. A notification is delivered at commit, so a listener woken by
 -- one reads the job terminal; a rolled-back transaction sends nothing.
--- Callers on the hot path (complete, complete_batch, fail) skip the call
--- when they already know the queue's switch is off.
+-- Callers on the hot path (complete, complete_batch, fail) read their
+-- queue's switch in a statement they run anyway, and skip the call when it
+-- is off.
 CREATE OR REPLACE FUNCTION fenceq._notify_done(job_ids text[])
 RETURNS void
 LANGUAGE plpgsql
