@@ -68,13 +68,21 @@ class _Operations:
     def set_queue_notify(self, queue: str, notify: bool) -> bool:
         return self._call(ops.set_queue_notify(queue, notify))
 
+    def set_queue_limits(self, queue: str, *, max_claimed: int | None = None,
+                         max_claimed_per_key: int | None = None, rate_limit: int | None = None,
+                         rate_period: timedelta | None = None) -> None:
+        """Set all four limits at once (None = no such limit; all None removes them)."""
+        return self._call(ops.set_queue_limits(queue, max_claimed, max_claimed_per_key, rate_limit, rate_period))
+
     # Producers
     def submit(self, queue: str, task: str, payload: Any = None, *, submission_id: str | None = None,
                job_id: str | None = None, priority: int | None = None, run_at: datetime | None = None,
                expires_at: datetime | None = None, max_attempts: int | None = None,
-               active_key: str | None = None, force: bool = False) -> str:
+               active_key: str | None = None, force: bool = False,
+               concurrency_key: str | None = None, depends_on: Sequence[str] | None = None) -> str:
         return self._call(ops.submit(queue, task, payload, submission_id, job_id, priority, run_at,
-                                     expires_at, max_attempts, active_key, force))
+                                     expires_at, max_attempts, active_key, force, concurrency_key,
+                                     depends_on))
 
     def submit_batch(self, queue: str, requests: Iterable[Mapping[str, Any]]) -> list[str]:
         return self._call(ops.submit_batch(queue, requests))

@@ -108,6 +108,21 @@ def set_queue_notify(queue, notify) -> Op:
                                         ("notify", "boolean", v.boolean(notify, "notify"))), Shape.SCALAR, bool)
 
 
+def set_queue_limits(queue, max_claimed=None, max_claimed_per_key=None, rate_limit=None,
+                     rate_period=None) -> Op:
+    limits = [v.integer(value, what, minimum=1) for value, what in (
+        (max_claimed, "max_claimed"), (max_claimed_per_key, "max_claimed_per_key"), (rate_limit, "rate_limit"))]
+    period = v.duration(rate_period, "rate_period", backwards=True)
+    if (limits[2] is None) != (period is None):
+        raise config_error("QF100", "rate_limit and rate_period go together")
+    return Op("set_queue_limits", _args(
+        ("queue", "text", v.name(queue, "queue")),
+        ("max_claimed", "integer", limits[0]),
+        ("max_claimed_per_key", "integer", limits[1]),
+        ("rate_limit", "integer", limits[2]),
+        ("rate_period", "interval", period)), Shape.VOID)
+
+
 # Producers ------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -124,6 +139,8 @@ class SubmitRequest:
     max_attempts: int | None
     active_key: str | None
     force: bool
+    concurrency_key: str | None = None
+    depends_on: tuple[str, ...] | None = None
 
     @property
     def payload_value(self) -> str | None:
@@ -131,7 +148,8 @@ class SubmitRequest:
 
 
 def submit_request(task, payload=None, submission_id=None, job_id=None, priority=None, run_at=None,
-                   expires_at=None, max_attempts=None, active_key=None, force=False) -> SubmitRequest:
+                   expires_at=None, max_attempts=None, active_key=None, force=False,
+                   concurrency_key=None, depends_on=None) -> SubmitRequest:
     return SubmitRequest(
         task=v.name(task, "task"),  # type: ignore[arg-type]
         payload=v.json_value(payload, "payload"),
@@ -143,13 +161,16 @@ def submit_request(task, payload=None, submission_id=None, job_id=None, priority
         max_attempts=v.integer(max_attempts, "max_attempts", minimum=1),
         active_key=v.name(active_key, "active_key", nullable=True),
         force=v.boolean(force, "force"),
+        concurrency_key=v.name(concurrency_key, "concurrency_key", nullable=True),
+        depends_on=v.dependencies(depends_on),
     )
 
 
 def submit(queue, task, payload=None, submission_id=None, job_id=None, priority=None, run_at=None,
-           expires_at=None, max_attempts=None, active_key=None, force=False) -> Op:
+           expires_at=None, max_attempts=None, active_key=None, force=False, concurrency_key=None,
+           depends_on=None) -> Op:
     request = submit_request(task, payload, submission_id, job_id, priority, run_at, expires_at,
-                             max_attempts, active_key, force)
+                             max_attempts, active_key, force, concurrency_key, depends_on)
     return Op("submit", _args(
         ("queue", "text", v.name(queue, "queue")),
         ("task", "text", request.task),
@@ -162,13 +183,16 @@ def submit(queue, task, payload=None, submission_id=None, job_id=None, priority=
         ("max_attempts", "integer", request.max_attempts),
         ("active_key", "text", request.active_key),
         ("force", "boolean", request.force),
+        ("concurrency_key", "text", request.concurrency_key),
+        ("depends_on", "text[]", None if request.depends_on is None else list(request.depends_on)),
         optional=("payload", "submission_id", "job_id", "priority", "run_at", "expires_at",
-                  "max_attempts", "active_key"),
+                  "max_attempts", "active_key", "concurrency_key", "depends_on"),
     ), Shape.SCALAR, str)
 
 
 _REQUEST_KEYS = frozenset({"task", "payload", "submission_id", "job_id", "priority", "run_at",
-                           "expires_at", "max_attempts", "active_key", "force"})
+                           "expires_at", "max_attempts", "active_key", "force", "concurrency_key",
+                           "depends_on"})
 
 
 def submit_batch(queue, requests) -> Op:

@@ -77,6 +77,8 @@ class Job:
     dlq_id: str | None
     created_at: datetime
     finished_at: datetime | None
+    concurrency_key: str | None = None
+    blocked_by: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,13 @@ class QueueStats:
     oldest_due_age: timedelta | None
     paused: bool
     notify: bool
+    max_claimed: int | None = None
+    max_claimed_per_key: int | None = None
+    busiest_key_claimed: int = 0
+    rate_limit: int | None = None
+    rate_period: timedelta | None = None
+    rate_used: int = 0
+    blocked: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,3 +18,28 @@ ALTER TABLE fenceq._queues
 -- A job's concurrency key: max_claimed_per_key counts claimed jobs per key.
 ALTER TABLE fenceq._jobs
     ADD COLUMN IF NOT EXISTS concurrency_key text COLLATE "C";
+
+-- The rate window: one row per successful claim of a queue with a rate
+-- limit, kept for one rate_period (claims prune the older ones), so that a
+-- claim can count the claims of the last period exactly.
+CREATE TABLE IF NOT EXISTS fenceq._rate_window (
+    queue      text COLLATE "C" NOT NULL,
+    claimed_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS _rate_window_queue_idx ON fenceq._rate_window (queue, claimed_at);
+
+-- Dependencies (docs/guarantees.md §16): job_id may not be claimed before
+-- depends_on completes. A job waiting on dependencies is pending with
+-- blocked_by > 0 (its unsatisfied dependencies) and run_at 'infinity', so the
+-- claim index passes over it as it passes over a job due later; the run_at
+-- it asked for waits in blocked_run_at until its last dependency completes.
+ALTER TABLE fenceq._jobs
+    ADD COLUMN IF NOT EXISTS blocked_by integer,
+    ADD COLUMN IF NOT EXISTS blocked_run_at timestamptz;
+CREATE TABLE IF NOT EXISTS fenceq._dependencies (
+    depends_on text COLLATE "C" NOT NULL,
+    job_id     text COLLATE "C" NOT NULL,
+    satisfied  boolean NOT NULL DEFAULT false,
+    CONSTRAINT _dependencies_pkey PRIMARY KEY (depends_on, job_id)
+);
+CREATE INDEX IF NOT EXISTS _dependencies_job_idx ON fenceq._dependencies (job_id);

@@ -29,6 +29,11 @@ BEGIN
         ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
         ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
         ('_jobs', 'concurrency_key', 'text', false),
+        ('_jobs', 'blocked_by', 'integer', false),
+        ('_jobs', 'blocked_run_at', 'timestamp with time zone', false),
+        ('_dependencies', 'depends_on', 'text', true), ('_dependencies', 'job_id', 'text', true),
+        ('_dependencies', 'satisfied', 'boolean', true),
+        ('_rate_window', 'queue', 'text', true), ('_rate_window', 'claimed_at', 'timestamp with time zone', true),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
         ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
         ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
@@ -129,10 +134,13 @@ BEGIN
                        'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
                        'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
-                       'created_at', 'finished_at']),
+                       'created_at', 'finished_at', 'concurrency_key', 'blocked_by']),
+        ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
-                              'oldest_due_age', 'paused', 'notify']),
+                              'oldest_due_age', 'paused', 'notify', 'max_claimed',
+                              'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
+                              'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
                                'failed_at', 'replayed_at', 'discarded_at']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
@@ -192,7 +200,7 @@ BEGIN
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
                     '_is_plain_time(timestamp with time zone)', '_new_job_id()',
                     '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
-                    'timestamp with time zone, integer, text, boolean)')
+                    'timestamp with time zone, integer, text, boolean, text, text[])')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (

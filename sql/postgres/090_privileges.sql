@@ -122,9 +122,14 @@ BEGIN
                 EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
             END LOOP;
         END IF;
-        IF v_role <> 'fenceq_producer' THEN
-            EXECUTE format('GRANT SELECT ON fenceq.jobs, fenceq.attempts, fenceq.queue_stats, '
-                           'fenceq.dead_letters TO %I', v_role);
+        IF v_role <> 'fenceq_producer' THEN  -- every view: they show no claim token
+            FOR v_function IN
+                SELECT c.oid::regclass::text FROM pg_class AS c
+                  JOIN pg_namespace AS n ON n.oid = c.relnamespace
+                 WHERE n.nspname = 'fenceq' AND c.relkind = 'v'
+            LOOP
+                EXECUTE format('GRANT SELECT ON %s TO %I', v_function, v_role);
+            END LOOP;
         END IF;
     END LOOP;
 END

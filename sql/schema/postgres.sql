@@ -124,6 +124,84 @@ ALTER FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations
 
 COMMENT ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) IS 'Private. Validate the fence arrays of a batch call; returns their length.';
 
+CREATE FUNCTION fenceq._check_batch_graph(requests jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_cyclic bigint;
+    v_from bigint[];
+    v_to bigint[];
+    v_left bigint[];
+    v_round integer;
+BEGIN
+    PERFORM set_config('fenceq.batch_job_ids', coalesce((
+        SELECT jsonb_agg(r.value ->> 'job_id') FROM jsonb_array_elements(_check_batch_graph.requests) AS r
+         WHERE jsonb_typeof(r.value) = 'object' AND jsonb_typeof(r.value -> 'job_id') = 'string'), '[]')::text,
+        true);
+    -- Peel off, round by round, the elements with no dependency left inside
+    -- the batch. Chains are at most 16 deep, so 17 rounds peel every element
+    -- of a sound batch; what is left lies on a cycle, behind one, or too deep.
+    SELECT array_agg(n.i), array_agg(t.i) INTO v_from, v_to
+      FROM jsonb_array_elements(_check_batch_graph.requests) WITH ORDINALITY AS n(value, i)
+     CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(n.value -> 'depends_on') = 'array'
+                                                       THEN n.value -> 'depends_on' ELSE '[]' END) AS d(id)
+      JOIN jsonb_array_elements(_check_batch_graph.requests) WITH ORDINALITY AS t(value, i)
+        ON jsonb_typeof(t.value) = 'object' AND t.value ->> 'job_id' = d.id AND t.i <> n.i
+     WHERE jsonb_typeof(n.value) = 'object';
+    IF v_from IS NULL THEN
+        RETURN;
+    END IF;
+    v_left := ARRAY(SELECT DISTINCT x FROM unnest(v_from) AS x);
+    FOR v_round IN 1 .. 17 LOOP
+        v_left := ARRAY(SELECT DISTINCT e.f FROM unnest(v_from, v_to) AS e(f, t) WHERE e.t = ANY (v_left));
+        EXIT WHEN cardinality(v_left) = 0;
+    END LOOP;
+    v_cyclic := (SELECT min(x) - 1 FROM unnest(v_left) AS x);
+    IF v_cyclic IS NOT NULL THEN
+        PERFORM set_config('fenceq.batch_index', v_cyclic::text, true);
+        PERFORM fenceq._raise('QF100', 'the batch''s dependencies form a cycle or a chain deeper than 16');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_batch_graph(requests jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_batch_graph(requests jsonb) IS 'Private. Publish a batch''s explicit job ids for its dependencies and refuse a cycle among its elements (QF100).';
+
+CREATE FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) RETURNS text[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    IF cardinality(_check_dependencies.depends_on) = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF array_ndims(_check_dependencies.depends_on) <> 1 THEN
+        PERFORM fenceq._raise('QF100', 'depends_on must be a one-dimensional array');
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(_check_dependencies.depends_on) AS d(id)
+                WHERE NOT coalesce(length(d.id) BETWEEN 1 AND 36, false)) THEN
+        PERFORM fenceq._raise('QF102', 'depends_on must hold job ids of 1 to 36 characters');
+    END IF;
+    v_ids := ARRAY(SELECT DISTINCT d.id COLLATE "C" FROM unnest(_check_dependencies.depends_on) AS d(id)
+                    ORDER BY 1);
+    IF cardinality(v_ids) > 100 THEN
+        PERFORM fenceq._raise('QF100', 'a job may depend on at most 100 jobs');
+    END IF;
+    IF _check_dependencies.job_id = ANY (v_ids) THEN
+        PERFORM fenceq._raise('QF100', 'a job cannot depend on itself');
+    END IF;
+    RETURN v_ids;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) IS 'Private. A submit''s depends_on validated and canonical (distinct, sorted); QF100/QF102 otherwise.';
+
 CREATE FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -335,6 +413,8 @@ CREATE TABLE fenceq._jobs (
     created_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
     concurrency_key text COLLATE pg_catalog."C",
+    blocked_by integer,
+    blocked_run_at timestamp with time zone,
     CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
     CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
     CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
@@ -361,7 +441,7 @@ ALTER FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp w
 
 COMMENT ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) IS 'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
 
-CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
@@ -369,21 +449,21 @@ BEGIN
     RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
         fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
         _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
-        _fingerprint.active_key, _fingerprint.force);
+        _fingerprint.active_key, _fingerprint.force, _fingerprint.concurrency_key, _fingerprint.depends_on);
 END
 $$;
 
-ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
 
-CREATE FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+CREATE FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN ('fq1:'::text || encode(sha256(convert_to((((((((((((((((((((((('{"active_key":'::text || COALESCE((to_json(active_key))::text, 'null'::text)) || ',"expires_at":'::text) || CASE WHEN (expires_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((expires_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"force":'::text) || CASE WHEN COALESCE(force, false) THEN 'true'::text ELSE 'false'::text END) || ',"job_id":'::text) || COALESCE((to_json(job_id))::text, 'null'::text)) || ',"max_attempts":'::text) || COALESCE((max_attempts)::text, 'null'::text)) || ',"payload":'::text) || canonical_payload) || ',"priority":'::text) || COALESCE((priority)::text, 'null'::text)) || ',"queue":'::text) || (to_json(queue))::text) || ',"run_at":'::text) || CASE WHEN (run_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((run_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"submission_id":'::text) || (to_json(submission_id))::text) || ',"task":'::text) || (to_json(task))::text) || ',"v":1}'::text), 'UTF8'::name)), 'hex'::text));
+    RETURN ('fq1:'::text || encode(sha256(convert_to((((((((((((((((((((((((('{"active_key":'::text || COALESCE((to_json(active_key))::text, 'null'::text)) || CASE WHEN (concurrency_key IS NULL) THEN ''::text ELSE (',"concurrency_key":'::text || (to_json(concurrency_key))::text) END) || CASE WHEN (depends_on IS NULL) THEN ''::text ELSE (',"depends_on":'::text || (to_json(depends_on))::text) END) || ',"expires_at":'::text) || CASE WHEN (expires_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((expires_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"force":'::text) || CASE WHEN COALESCE(force, false) THEN 'true'::text ELSE 'false'::text END) || ',"job_id":'::text) || COALESCE((to_json(job_id))::text, 'null'::text)) || ',"max_attempts":'::text) || COALESCE((max_attempts)::text, 'null'::text)) || ',"payload":'::text) || canonical_payload) || ',"priority":'::text) || COALESCE((priority)::text, 'null'::text)) || ',"queue":'::text) || (to_json(queue))::text) || ',"run_at":'::text) || CASE WHEN (run_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((run_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"submission_id":'::text) || (to_json(submission_id))::text) || ',"task":'::text) || (to_json(task))::text) || ',"v":1}'::text), 'UTF8'::name)), 'hex'::text));
 
-ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
+COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
 
 CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -520,6 +600,29 @@ ALTER FUNCTION fenceq._json_text(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._json_text(value jsonb, what text) IS 'Private. A JSON string field as text (NULL for null); QF102 for another type.';
 
+CREATE FUNCTION fenceq._json_text_array(value jsonb, what text) RETURNS text[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _json_text_array.value IS NULL OR jsonb_typeof(_json_text_array.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text_array.value) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', _json_text_array.what || ' must be a JSON array');
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(_json_text_array.value) AS e
+                WHERE jsonb_typeof(e.value) <> 'string') THEN
+        PERFORM fenceq._raise('QF102', _json_text_array.what || ' must hold strings');
+    END IF;
+    RETURN ARRAY(SELECT jsonb_array_elements_text(_json_text_array.value));
+END
+$$;
+
+ALTER FUNCTION fenceq._json_text_array(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._json_text_array(value jsonb, what text) IS 'Private. A JSON array of strings as text[] (NULL for null); QF100/QF102 otherwise.';
+
 CREATE FUNCTION fenceq._json_time(value jsonb, what text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -561,6 +664,57 @@ $_$;
 ALTER FUNCTION fenceq._json_time(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._json_time(value jsonb, what text) IS 'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE FUNCTION fenceq._lock_dependencies(depends_on text[]) RETURNS TABLE(blocked_by integer, failed boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_found text[];
+    v_statuses text[];
+    v_batch text[];
+    v_missing integer;
+    v_depth integer;
+BEGIN
+    SELECT array_agg(j.job_id), array_agg(j.status) INTO v_found, v_statuses FROM (
+        SELECT j.job_id, j.status FROM fenceq._jobs AS j
+         WHERE j.job_id = ANY (_lock_dependencies.depends_on)
+         ORDER BY j.job_id
+           FOR SHARE) AS j;
+    v_batch := ARRAY(SELECT jsonb_array_elements_text(
+        coalesce(nullif(current_setting('fenceq.batch_job_ids', true), ''), '[]')::jsonb));
+    SELECT count(*) INTO v_missing FROM unnest(_lock_dependencies.depends_on) AS d(id)
+     WHERE d.id <> ALL (coalesce(v_found, '{}'));
+    IF EXISTS (SELECT 1 FROM unnest(_lock_dependencies.depends_on) AS d(id)
+                WHERE d.id <> ALL (coalesce(v_found, '{}')) AND d.id <> ALL (v_batch)) THEN
+        PERFORM fenceq._raise('QF100', 'a dependency names no job');
+    END IF;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (_lock_dependencies.depends_on)
+                GROUP BY d.depends_on HAVING count(*) >= 1000) THEN
+        PERFORM fenceq._raise('QF100', 'a job may have at most 1000 dependents');
+    END IF;
+    WITH RECURSIVE up(job_id, depth) AS (
+        SELECT d.id COLLATE "C", 1 FROM unnest(_lock_dependencies.depends_on) AS d(id)
+        UNION
+        SELECT e.depends_on, u.depth + 1 FROM up AS u JOIN fenceq._dependencies AS e ON e.job_id = u.job_id
+         WHERE u.depth <= 16)
+    SELECT max(u.depth) INTO v_depth FROM up AS u;
+    IF v_depth > 16 THEN
+        PERFORM fenceq._raise('QF100', 'dependency chains may be at most 16 deep');
+    END IF;
+    blocked_by := v_missing + (SELECT count(*) FROM unnest(v_statuses) AS s(status)
+                                WHERE s.status IN ('pending', 'claimed'));
+    failed := coalesce('failed' = ANY (v_statuses) OR 'cancelled' = ANY (v_statuses)
+                       OR 'expired' = ANY (v_statuses), false);
+    RETURN NEXT;
+END
+$$;
+
+ALTER FUNCTION fenceq._lock_dependencies(depends_on text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._lock_dependencies(depends_on text[]) IS 'Private. Lock a submit''s dependencies FOR SHARE and count the unfinished ones; QF100 for unknown ones or graphs past the bounds.';
 
 CREATE FUNCTION fenceq._lock_identities(keys text[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -633,6 +787,79 @@ ALTER FUNCTION fenceq._notify_jobs(queue text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._notify_jobs(queue text) IS 'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
 
+CREATE FUNCTION fenceq._pick_limited(queue text, wanted integer) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_now timestamptz;
+    v_allowed integer := _pick_limited.wanted;
+    v_full text[] := '{}';
+    v_taken text[] := '{}';
+    v_job fenceq._jobs;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _pick_limited.queue FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+    IF v_queue.max_claimed IS NOT NULL THEN
+        v_allowed := least(v_allowed, v_queue.max_claimed - (
+            SELECT count(*) FROM fenceq._jobs AS j WHERE j.queue = v_queue.queue AND j.status = 'claimed'));
+    END IF;
+    IF v_queue.rate_limit IS NOT NULL THEN
+        DELETE FROM fenceq._rate_window AS r
+         WHERE r.queue = v_queue.queue AND r.claimed_at <= v_now - v_queue.rate_period;
+        v_allowed := least(v_allowed, v_queue.rate_limit - (
+            SELECT count(*) FROM fenceq._rate_window AS r WHERE r.queue = v_queue.queue));
+    END IF;
+    IF v_allowed <= 0 THEN
+        RETURN NULL;
+    END IF;
+    IF v_queue.max_claimed_per_key IS NULL THEN
+        RETURN ARRAY(
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT v_allowed
+               FOR UPDATE SKIP LOCKED);
+    END IF;
+    -- Per key: the keys already at their limit, then one pick at a time
+    -- (a pick can fill its key).
+    v_full := ARRAY(
+        SELECT j.concurrency_key FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+         GROUP BY j.concurrency_key HAVING count(*) >= v_queue.max_claimed_per_key);
+    WHILE cardinality(v_taken) < v_allowed LOOP
+        SELECT * INTO v_job FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+           AND (j.expires_at IS NULL OR j.expires_at > v_now)
+           AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_full))
+           AND j.job_id <> ALL (v_taken)
+         ORDER BY j.priority DESC, j.run_at, j.seq
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        v_taken := v_taken || v_job.job_id;
+        IF v_job.concurrency_key IS NOT NULL AND (
+            SELECT count(*) FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'claimed'
+               AND j.concurrency_key = v_job.concurrency_key)
+            + (SELECT count(*) FROM fenceq._jobs AS j
+                WHERE j.job_id = ANY (v_taken) AND j.concurrency_key = v_job.concurrency_key)
+            >= v_queue.max_claimed_per_key THEN
+            v_full := v_full || v_job.concurrency_key;
+        END IF;
+    END LOOP;
+    RETURN nullif(v_taken, '{}');
+END
+$$;
+
+ALTER FUNCTION fenceq._pick_limited(queue text, wanted integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._pick_limited(queue text, wanted integer) IS 'Private. Lock and return, in claim order, the due jobs of a queue with limits that its limits allow now.';
+
 CREATE FUNCTION fenceq._raise(code text, message text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -682,6 +909,7 @@ BEGIN
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
      WHERE j.job_id = (_retry_or_fail.job).job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[(_retry_or_fail.job).job_id], false);
     RETURN 'failed';
 END
 $$;
@@ -727,7 +955,78 @@ ALTER FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) OWNE
 
 COMMENT ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) IS 'Private. Set a queue''s paused or notify flag; true when it changed.';
 
-CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+CREATE FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_targets text[];
+    v_now timestamptz;
+    v_queue text;
+    v_job text;
+BEGIN
+    IF _settle_dependents.completed THEN
+        v_targets := ARRAY(SELECT DISTINCT d.job_id FROM fenceq._dependencies AS d
+                            WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+                            ORDER BY 1);
+    ELSE
+        WITH RECURSIVE down(job_id, depth) AS (
+            SELECT d.job_id, 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (_settle_dependents.job_ids)
+            UNION
+            SELECT d.job_id, w.depth + 1 FROM down AS w JOIN fenceq._dependencies AS d ON d.depends_on = w.job_id
+             WHERE w.depth <= 17)
+        SELECT ARRAY(SELECT DISTINCT w.job_id FROM down AS w ORDER BY 1) INTO v_targets;
+    END IF;
+    IF cardinality(v_targets) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_targets) ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF _settle_dependents.completed THEN
+        FOR v_queue IN
+            WITH satisfied AS (
+                UPDATE fenceq._dependencies AS d SET satisfied = true
+                 WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+                RETURNING d.job_id),
+            counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
+            released AS (
+                UPDATE fenceq._jobs AS j
+                   SET blocked_by = nullif(j.blocked_by - c.n, 0),
+                       run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
+                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
+                  FROM counted AS c
+                 WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
+                RETURNING j.queue, j.blocked_by IS NULL AND j.run_at <= v_now AS due)
+            SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
+             WHERE r.due AND q.notify
+        LOOP
+            PERFORM pg_notify('fenceq_jobs', v_queue);
+        END LOOP;
+        RETURN;
+    END IF;
+    FOR v_job IN
+        WITH cancelled AS (
+            UPDATE fenceq._jobs AS j
+               SET status = 'cancelled', last_error = 'dependency_failed', finished_at = v_now,
+                   lease_expires_at = NULL, pid = NULL
+              FROM (SELECT j.job_id, j.status AS was FROM fenceq._jobs AS j
+                     WHERE j.job_id = ANY (v_targets) AND j.status IN ('pending', 'claimed')) AS o
+             WHERE j.job_id = o.job_id
+            RETURNING j.job_id, o.was)
+        SELECT c.job_id FROM cancelled AS c WHERE c.was = 'claimed' ORDER BY c.job_id
+    LOOP
+        PERFORM pg_notify('fenceq_control', v_job);
+    END LOOP;
+END
+$$;
+
+ALTER FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) IS 'Private. Count a completed job off its dependents (releasing those left with none), or cancel every job that transitively depends on a job that did not complete.';
+
+CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -745,6 +1044,9 @@ DECLARE
     v_run_at timestamptz;
     v_holder text;
     v_round integer := 0;
+    v_depends_on text[];
+    v_blocked_by integer;
+    v_dependency_failed boolean := false;
 BEGIN
     -- Fast path for the usual well-formed call (one expression); otherwise
     -- the checks run one by one and name what is wrong.
@@ -752,6 +1054,7 @@ BEGIN
                     AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
                     AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
                     AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.concurrency_key) BETWEEN 1 AND 255, true)
                     AND coalesce(_submit.max_attempts >= 1, true)
                     AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
         PERFORM fenceq._check_name(_submit.queue, 'queue');
@@ -759,6 +1062,7 @@ BEGIN
         PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
         PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
         PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        PERFORM fenceq._check_name(_submit.concurrency_key, 'concurrency_key', nullable => true);
         IF _submit.max_attempts < 1 THEN
             PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
         END IF;
@@ -767,6 +1071,9 @@ BEGIN
     END IF;
     IF v_payload IS NOT NULL THEN
         PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
+    IF _submit.depends_on IS NOT NULL THEN
+        v_depends_on := fenceq._check_dependencies(_submit.depends_on, _submit.job_id);
     END IF;
 
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
@@ -782,7 +1089,8 @@ BEGIN
     IF _submit.submission_id IS NOT NULL THEN
         v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
             _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
-            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force);
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force, _submit.concurrency_key,
+            v_depends_on);
         SELECT * INTO v_existing FROM fenceq._submissions AS s
          WHERE s.submission_id = _submit.submission_id;
         IF FOUND THEN
@@ -817,13 +1125,23 @@ BEGIN
     END IF;
 
     v_run_at := coalesce(_submit.run_at, v_now);
+    IF v_depends_on IS NOT NULL THEN
+        SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
+          FROM fenceq._lock_dependencies(v_depends_on) AS d;
+    END IF;
     LOOP
-        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, active_key, created_at)
-        VALUES (v_job_id, _submit.queue, _submit.task, v_payload,
-            coalesce(_submit.priority, 0), coalesce(_submit.max_attempts, v_queue.max_attempts),
-            v_run_at, _submit.expires_at, _submit.submission_id, v_fingerprint,
-            _submit.active_key, v_now)
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at, concurrency_key,
+            blocked_by, blocked_run_at, last_error, finished_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload, coalesce(_submit.priority, 0),
+            CASE WHEN v_dependency_failed THEN 'cancelled' ELSE 'pending' END,
+            coalesce(_submit.max_attempts, v_queue.max_attempts),
+            CASE WHEN v_blocked_by > 0 THEN 'infinity' ELSE v_run_at END,
+            _submit.expires_at, _submit.submission_id, v_fingerprint,
+            CASE WHEN v_dependency_failed THEN NULL ELSE _submit.active_key END, v_now, _submit.concurrency_key,
+            nullif(v_blocked_by, 0), CASE WHEN v_blocked_by > 0 THEN v_run_at END,
+            CASE WHEN v_dependency_failed THEN 'dependency_failed' END,
+            CASE WHEN v_dependency_failed THEN v_now END)
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
 
@@ -845,19 +1163,25 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
+        PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
     END LOOP;
 
-    IF v_run_at <= v_now AND v_queue.notify THEN
+    IF v_depends_on IS NOT NULL THEN
+        INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
+        SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
+          FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+    END IF;
+    IF v_run_at <= v_now AND coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
         PERFORM pg_notify('fenceq_jobs', _submit.queue);
     END IF;
     RETURN v_job_id;
 END
 $$;
 
-ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The body of submit, shared with submit_batch.';
+COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private. The body of submit, shared with submit_batch.';
 
 CREATE FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -878,6 +1202,7 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[acknowledge_cancel.job_id], false);
     RETURN true;
 END
 $$;
@@ -940,6 +1265,7 @@ BEGIN
     IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
         UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = cancel.job_id;
+        PERFORM fenceq._settle_dependents(ARRAY[cancel.job_id], false);
         v_answer := 'cancelled';
     ELSIF v_job.status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
@@ -1013,6 +1339,8 @@ DECLARE
     v_queue fenceq._queues;
     v_active text[];
     v_known integer;
+    v_limited text[];
+    v_offered text[] := '{}';
     v_now timestamptz;
     v_picked text[];
     v_claims fenceq.claim[];
@@ -1057,7 +1385,12 @@ BEGIN
         IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF NOT v_queue.paused THEN
+        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
+                                               v_queue.rate_limit) > 0 THEN
+            v_picked := fenceq._pick_limited(v_queue.queue, v_count);
+            v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                                    WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
+        ELSIF NOT v_queue.paused THEN
             SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
               INTO v_picked, v_exhausted FROM (
                 SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
@@ -1070,13 +1403,23 @@ BEGIN
                        FOR UPDATE SKIP LOCKED) AS j) AS p;
         END IF;
     ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-          INTO v_active, v_known
-          FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues);
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
+               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
+          INTO v_active, v_limited, v_known
+          FROM (SELECT q.queue, q.paused,
+                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
+                  FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues)) AS q;
         IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF v_active IS NOT NULL THEN
+        -- Queues with limits offer what their limits allow (locking their
+        -- rows in name order, so claimers never deadlock); the merge below
+        -- takes the best of those and of the other queues' heads.
+        IF v_limited IS NOT NULL THEN
+            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
+                                 FROM unnest(v_limited) AS l(name));
+        END IF;
+        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
             EXECUTE $sql$
@@ -1092,9 +1435,12 @@ BEGIN
                          ORDER BY j.priority DESC, j.run_at, j.seq
                          LIMIT $2
                            FOR UPDATE OF j SKIP LOCKED) AS c
-                     ORDER BY c.priority DESC, c.run_at, c.seq
+                    UNION ALL
+                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
+                     ORDER BY priority DESC, run_at, seq
                      LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
+            $sql$ INTO v_picked, v_exhausted USING coalesce(v_active, '{}'), v_count, v_now, v_offered;
         END IF;
     END IF;
 
@@ -1134,7 +1480,10 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token),
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated),
+    rated AS (
+        INSERT INTO fenceq._rate_window (queue, claimed_at)
+        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
@@ -1176,6 +1525,7 @@ DECLARE
     v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
     v_old_generation bigint;
     v_recorded boolean;
+    v_limited boolean;
 BEGIN
     IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
                     AND length(claim_next.queues[1]) BETWEEN 1 AND 255
@@ -1190,7 +1540,10 @@ BEGIN
 
     v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
     WITH queue AS MATERIALIZED (
-        SELECT q.lease FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1] AND NOT q.paused),
+        -- A queue with limits takes claim_batch's path (the limits' lock).
+        SELECT q.lease FROM fenceq._queues AS q
+         WHERE q.queue = claim_next.queues[1] AND NOT q.paused
+           AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
     picked AS MATERIALIZED (
         -- The outer projection runs above the row lock, so its clock reading
         -- is taken once the row is held.
@@ -1238,9 +1591,17 @@ BEGIN
       FROM claimed AS c;
 
     IF v_claim IS NULL THEN
-        -- Nothing claimed: an undeclared queue and a used token still raise.
-        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise;
+        -- a queue with limits is claimed from under them.
+        SELECT num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 INTO v_limited
+          FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1];
+        IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_limited THEN
+            RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+                ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+            RETURN;
         END IF;
         IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
             PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
@@ -1320,7 +1681,15 @@ BEGIN
      WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
        AND l.generation = complete.generation AND l.claim_token = complete.claim_token
        AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Its own statement, so it sees every dependent committed before the
+    -- row lock above was granted (a dependent's submit share-locks this row).
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = complete.job_id) THEN
+        PERFORM fenceq._settle_dependents(ARRAY[complete.job_id], true);
+    END IF;
+    RETURN true;
 END
 $$;
 
@@ -1339,6 +1708,7 @@ DECLARE
     v_count integer;
     v_now timestamptz;
     v_answers boolean[];
+    v_completed text[];
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
@@ -1378,10 +1748,14 @@ BEGIN
                result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
           FROM winners AS w
          WHERE j.job_id = w.j
-        RETURNING w.i)
-    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i)
-      INTO v_answers
+        RETURNING w.i, w.j)
+    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
+           (SELECT array_agg(c.j) FROM completed AS c)
+      INTO v_answers, v_completed
       FROM fences AS f;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
+        PERFORM fenceq._settle_dependents(v_completed, true);
+    END IF;
     RETURN v_answers;
 END
 $$;
@@ -1493,7 +1867,7 @@ CREATE VIEW fenceq.jobs AS
     j.status,
     j.attempts,
     j.max_attempts,
-    j.run_at,
+    COALESCE(j.blocked_run_at, j.run_at) AS run_at,
     j.expires_at,
     j.owner_id,
     j.generation,
@@ -1508,7 +1882,9 @@ CREATE VIEW fenceq.jobs AS
     j.active_key,
     j.dlq_id,
     j.created_at,
-    j.finished_at
+    j.finished_at,
+    j.concurrency_key,
+    COALESCE(j.blocked_by, 0) AS blocked_by
    FROM fenceq._jobs j;
 
 ALTER TABLE fenceq.jobs OWNER TO fenceq_owner;
@@ -1689,6 +2065,7 @@ DECLARE
     v_now timestamptz;
     v_left integer := reap.max_rows;
     v_cutoff timestamptz;
+    v_expired text[];
 BEGIN
     IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
         PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
@@ -1710,6 +2087,7 @@ BEGIN
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._settle_dependents(ARRAY[v_job.job_id], false);
             cancelled := cancelled + 1;
         ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
             requeued := requeued + 1;
@@ -1724,10 +2102,14 @@ BEGIN
              WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
              ORDER BY j.expires_at
              LIMIT v_left
-               FOR UPDATE SKIP LOCKED)
-        UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
-          FROM overdue WHERE j.job_id = overdue.job_id;
-        GET DIAGNOSTICS expired = ROW_COUNT;
+               FOR UPDATE SKIP LOCKED),
+        done AS (
+            UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+              FROM overdue WHERE j.job_id = overdue.job_id
+            RETURNING j.job_id)
+        SELECT array_agg(d.job_id) INTO v_expired FROM done AS d;
+        expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._settle_dependents(v_expired, false);
     END IF;
     RETURN NEXT;
 END
@@ -1890,6 +2272,40 @@ ALTER FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, cla
 
 COMMENT ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) IS 'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
 
+CREATE FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer DEFAULT NULL::integer, max_claimed_per_key integer DEFAULT NULL::integer, rate_limit integer DEFAULT NULL::integer, rate_period interval DEFAULT NULL::interval) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(set_queue_limits.queue, 'queue');
+    IF set_queue_limits.max_claimed < 1 OR set_queue_limits.max_claimed_per_key < 1
+       OR set_queue_limits.rate_limit < 1 THEN
+        PERFORM fenceq._raise('QF104', 'a limit must be a positive integer or NULL');
+    END IF;
+    IF (set_queue_limits.rate_limit IS NULL) <> (set_queue_limits.rate_period IS NULL) THEN
+        PERFORM fenceq._raise('QF100', 'rate_limit and rate_period go together');
+    END IF;
+    PERFORM fenceq._check_interval(set_queue_limits.rate_period, 'rate_period', backwards => true);
+    UPDATE fenceq._queues AS q
+       SET max_claimed = set_queue_limits.max_claimed,
+           max_claimed_per_key = set_queue_limits.max_claimed_per_key,
+           rate_limit = set_queue_limits.rate_limit,
+           rate_period = set_queue_limits.rate_period
+     WHERE q.queue = set_queue_limits.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF set_queue_limits.rate_limit IS NULL THEN
+        DELETE FROM fenceq._rate_window AS r WHERE r.queue = set_queue_limits.queue;
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) IS 'Set a queue''s limits (NULL = none): max_claimed, max_claimed_per_key, rate_limit per rate_period. Claims take fewer jobs rather than exceed one.';
+
 CREATE FUNCTION fenceq.set_queue_notify(queue text, notify boolean) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1903,7 +2319,7 @@ ALTER FUNCTION fenceq.set_queue_notify(queue text, notify boolean) OWNER TO fenc
 
 COMMENT ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) IS 'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
 
-CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false) RETURNS text
+CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false, concurrency_key text DEFAULT NULL::text, depends_on text[] DEFAULT NULL::text[]) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1919,19 +2335,21 @@ DECLARE
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
+                    AND submit.depends_on IS NULL
                     AND length(submit.queue) BETWEEN 1 AND 255 AND length(submit.task) BETWEEN 1 AND 255
                     AND coalesce(length(submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(submit.concurrency_key) BETWEEN 1 AND 255, true)
                     AND coalesce(submit.max_attempts >= 1, true)
                     AND fenceq._is_plain_time(submit.run_at) AND fenceq._is_plain_time(submit.expires_at)
                     AND fenceq._is_plain_json(v_payload), false) THEN
         RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
             submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-            submit.max_attempts, submit.active_key, submit.force);
+            submit.max_attempts, submit.active_key, submit.force, submit.concurrency_key, submit.depends_on);
     END IF;
     IF submit.submission_id IS NOT NULL THEN
         v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
             submit.submission_id, NULL, submit.priority, submit.run_at,
-            submit.expires_at, submit.max_attempts, NULL, false);
+            submit.expires_at, submit.max_attempts, NULL, false, submit.concurrency_key, NULL);
     END IF;
 
     WITH queue AS MATERIALIZED (
@@ -1946,10 +2364,10 @@ BEGIN
         RETURNING s.job_id),
     inserted AS (
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, created_at)
+            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key)
         SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
                coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
-               submit.expires_at, submit.submission_id, v_fingerprint, q.now
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
@@ -1982,9 +2400,9 @@ BEGIN
 END
 $$;
 
-ALTER FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
+COMMENT ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
 
 CREATE FUNCTION fenceq.submit_batch(queue text, requests jsonb) RETURNS text[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2082,7 +2500,7 @@ BEGIN
                              FROM jsonb_each(e.payload) AS m), '') || '}'
                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
                        ELSE coalesce(e.payload::text, 'null') END,
-                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false) END ORDER BY e.i)
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false, NULL, NULL) END ORDER BY e.i)
           INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
           FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
                        CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
@@ -2141,6 +2559,12 @@ BEGIN
         RETURN v_ids;
     END IF;
 
+    -- Dependencies between elements: the batch's explicit job ids may be
+    -- named before their element runs (any order); a cycle is refused here.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(submit_batch.requests) AS r
+                WHERE jsonb_typeof(r.value) = 'object' AND r.value ? 'depends_on') THEN
+        PERFORM fenceq._check_batch_graph(submit_batch.requests);
+    END IF;
     -- Lock every identity of the batch up front, in the one global order.
     PERFORM fenceq._lock_identities(ARRAY(
         SELECT k.key
@@ -2158,7 +2582,8 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
                     WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
-                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force')) THEN
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force',
+                        'concurrency_key', 'depends_on')) THEN
             PERFORM fenceq._raise('QF100', 'a request has an unknown key');
         END IF;
         v_ids := v_ids || fenceq._submit(
@@ -2172,9 +2597,12 @@ BEGIN
             fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
             fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
             fenceq._json_text(v_request -> 'active_key', 'active_key'),
-            fenceq._json_bool(v_request -> 'force', 'force'));
+            fenceq._json_bool(v_request -> 'force', 'force'),
+            fenceq._json_text(v_request -> 'concurrency_key', 'concurrency_key'),
+            fenceq._json_text_array(v_request -> 'depends_on', 'depends_on'));
     END LOOP;
     PERFORM set_config('fenceq.batch_index', '', true);
+    PERFORM set_config('fenceq.batch_job_ids', '', true);
     RETURN v_ids;
 END
 $_$;
@@ -2206,6 +2634,11 @@ BEGIN
         ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
         ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
         ('_jobs', 'concurrency_key', 'text', false),
+        ('_jobs', 'blocked_by', 'integer', false),
+        ('_jobs', 'blocked_run_at', 'timestamp with time zone', false),
+        ('_dependencies', 'depends_on', 'text', true), ('_dependencies', 'job_id', 'text', true),
+        ('_dependencies', 'satisfied', 'boolean', true),
+        ('_rate_window', 'queue', 'text', true), ('_rate_window', 'claimed_at', 'timestamp with time zone', true),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
         ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
         ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
@@ -2306,10 +2739,13 @@ BEGIN
                        'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
                        'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
-                       'created_at', 'finished_at']),
+                       'created_at', 'finished_at', 'concurrency_key', 'blocked_by']),
+        ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
-                              'oldest_due_age', 'paused', 'notify']),
+                              'oldest_due_age', 'paused', 'notify', 'max_claimed',
+                              'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
+                              'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
                                'failed_at', 'replayed_at', 'discarded_at']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
@@ -2369,7 +2805,7 @@ BEGIN
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
                     '_is_plain_time(timestamp with time zone)', '_new_job_id()',
                     '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
-                    'timestamp with time zone, integer, text, boolean)')
+                    'timestamp with time zone, integer, text, boolean, text, text[])')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (
@@ -2475,6 +2911,14 @@ CREATE TABLE fenceq._dead_letters (
 
 ALTER TABLE fenceq._dead_letters OWNER TO fenceq_owner;
 
+CREATE TABLE fenceq._dependencies (
+    depends_on text NOT NULL COLLATE pg_catalog."C",
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    satisfied boolean DEFAULT false NOT NULL
+);
+
+ALTER TABLE fenceq._dependencies OWNER TO fenceq_owner;
+
 ALTER TABLE fenceq._jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME fenceq._jobs_seq_seq
     START WITH 1
@@ -2502,6 +2946,13 @@ CREATE TABLE fenceq._queues (
 );
 
 ALTER TABLE fenceq._queues OWNER TO fenceq_owner;
+
+CREATE TABLE fenceq._rate_window (
+    queue text NOT NULL COLLATE pg_catalog."C",
+    claimed_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE fenceq._rate_window OWNER TO fenceq_owner;
 
 CREATE TABLE fenceq._submissions (
     submission_id text NOT NULL COLLATE pg_catalog."C",
@@ -2540,6 +2991,16 @@ ALTER TABLE fenceq.dead_letters OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed.';
 
+CREATE VIEW fenceq.dependencies AS
+ SELECT d.job_id,
+    d.depends_on,
+    d.satisfied
+   FROM fenceq._dependencies d;
+
+ALTER TABLE fenceq.dependencies OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
+
 CREATE VIEW fenceq.queue_stats AS
  SELECT q.queue,
     COALESCE(p.pending, (0)::bigint) AS pending,
@@ -2548,21 +3009,37 @@ CREATE VIEW fenceq.queue_stats AS
     COALESCE(c.cancel_requested, (0)::bigint) AS cancel_requested,
     (clock_timestamp() - p.oldest_due) AS oldest_due_age,
     q.paused,
-    q.notify
-   FROM ((fenceq._queues q
+    q.notify,
+    q.max_claimed,
+    q.max_claimed_per_key,
+    COALESCE(k.busiest_key, (0)::bigint) AS busiest_key_claimed,
+    q.rate_limit,
+    q.rate_period,
+    COALESCE(r.used, (0)::bigint) AS rate_used,
+    COALESCE(p.blocked, (0)::bigint) AS blocked
+   FROM ((((fenceq._queues q
      LEFT JOIN LATERAL ( SELECT count(*) AS pending,
             count(*) FILTER (WHERE (j.run_at <= clock_timestamp())) AS due,
-            min(j.run_at) FILTER (WHERE (j.run_at <= clock_timestamp())) AS oldest_due
+            min(j.run_at) FILTER (WHERE (j.run_at <= clock_timestamp())) AS oldest_due,
+            count(*) FILTER (WHERE (j.blocked_by IS NOT NULL)) AS blocked
            FROM fenceq._jobs j
           WHERE ((j.queue = q.queue) AND (j.status = 'pending'::text))) p ON (true))
      LEFT JOIN LATERAL ( SELECT count(*) AS claimed,
             count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
            FROM fenceq._jobs j
-          WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text))) c ON (true));
+          WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text))) c ON (true))
+     LEFT JOIN LATERAL ( SELECT max(k_1.claimed) AS busiest_key
+           FROM ( SELECT count(*) AS claimed
+                   FROM fenceq._jobs j
+                  WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text) AND (j.concurrency_key IS NOT NULL) AND (q.max_claimed_per_key IS NOT NULL))
+                  GROUP BY j.concurrency_key) k_1) k ON (true))
+     LEFT JOIN LATERAL ( SELECT count(*) AS used
+           FROM fenceq._rate_window w
+          WHERE ((w.queue = q.queue) AND (w.claimed_at > (clock_timestamp() - q.rate_period)))) r ON (true));
 
 ALTER TABLE fenceq.queue_stats OWNER TO fenceq_owner;
 
-COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, and the paused and notify flags.';
+COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, the paused and notify flags, and the limits with their usage (busiest key''s claimed count, claims in the current rate window).';
 
 CREATE TABLE fenceq_migrations._yoyo_log (
     id character varying(36) NOT NULL,
@@ -2609,6 +3086,9 @@ ALTER TABLE ONLY fenceq._claims
 ALTER TABLE ONLY fenceq._dead_letters
     ADD CONSTRAINT _dead_letters_pkey PRIMARY KEY (dlq_id);
 
+ALTER TABLE ONLY fenceq._dependencies
+    ADD CONSTRAINT _dependencies_pkey PRIMARY KEY (depends_on, job_id);
+
 ALTER TABLE ONLY fenceq._jobs
     ADD CONSTRAINT _jobs_pkey PRIMARY KEY (job_id);
 
@@ -2634,6 +3114,8 @@ CREATE INDEX _claims_job_idx ON fenceq._claims USING btree (job_id, generation);
 
 CREATE INDEX _dead_letters_job_idx ON fenceq._dead_letters USING btree (job_id);
 
+CREATE INDEX _dependencies_job_idx ON fenceq._dependencies USING btree (job_id);
+
 CREATE UNIQUE INDEX _jobs_active_key_idx ON fenceq._jobs USING btree (queue, active_key) WHERE ((active_key IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'claimed'::text])));
 
 CREATE INDEX _jobs_claim_idx ON fenceq._jobs USING btree (queue, priority DESC, run_at, seq) WHERE (status = 'pending'::text);
@@ -2643,6 +3125,8 @@ CREATE INDEX _jobs_claimed_idx ON fenceq._jobs USING btree (queue) WHERE (status
 CREATE INDEX _jobs_expires_idx ON fenceq._jobs USING btree (expires_at) WHERE ((status = 'pending'::text) AND (expires_at IS NOT NULL));
 
 CREATE INDEX _jobs_finished_idx ON fenceq._jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
+
+CREATE INDEX _rate_window_queue_idx ON fenceq._rate_window USING btree (queue, claimed_at);
 
 CREATE INDEX _submissions_job_idx ON fenceq._submissions USING btree (job_id);
 
@@ -2655,6 +3139,10 @@ REVOKE ALL ON FUNCTION fenceq._backoff(attempt integer, base interval, factor do
 REVOKE ALL ON FUNCTION fenceq._canonical_json(value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_batch_graph(requests jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 
@@ -2674,9 +3162,9 @@ REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
 
@@ -2698,7 +3186,11 @@ REVOKE ALL ON FUNCTION fenceq._json_int(value jsonb, what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._json_text(value jsonb, what text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._json_text_array(value jsonb, what text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._json_time(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._lock_dependencies(depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
 
@@ -2708,13 +3200,17 @@ REVOKE ALL ON FUNCTION fenceq._new_job_id() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._pick_limited(queue text, wanted integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;
@@ -2804,13 +3300,16 @@ REVOKE ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation big
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) TO fenceq_admin;
 
-REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_producer;
-GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_worker;
-GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_admin;
+REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_producer;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_producer;
@@ -2830,6 +3329,9 @@ GRANT SELECT ON TABLE fenceq.attempts TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_admin;

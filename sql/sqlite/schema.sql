@@ -169,7 +169,9 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        || printf('.%06dZ', (j.created_at % 1000000 + 1000000) % 1000000) AS created_at,
        strftime('%Y-%m-%dT%H:%M:%S', j.finished_at / 1000000 - (j.finished_at % 1000000 < 0),
                 'unixepoch')
-       || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at
+       || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at,
+       j.concurrency_key,
+       0 AS blocked_by  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__jobs AS j;
 
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
@@ -194,7 +196,19 @@ SELECT q.queue,
        n.now - (SELECT min(j.run_at) FROM fenceq__jobs AS j
                  WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= n.now) AS oldest_due_age,
        q.paused,
-       q.notify
+       q.notify,
+       q.max_claimed,
+       q.max_claimed_per_key,
+       coalesce((SELECT max(k.claimed) FROM (
+           SELECT count(*) AS claimed FROM fenceq__jobs AS j
+            WHERE j.queue = q.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+              AND q.max_claimed_per_key IS NOT NULL
+            GROUP BY j.concurrency_key) AS k), 0) AS busiest_key_claimed,
+       q.rate_limit,
+       q.rate_period,
+       (SELECT count(*) FROM fenceq__rate_window AS w
+         WHERE w.queue = q.queue AND w.claimed_at > n.now - q.rate_period) AS rate_used,
+       0 AS blocked  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__queues AS q,
        (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS n;
 
@@ -210,6 +224,14 @@ SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
                 'unixepoch')
        || printf('.%06dZ', (d.discarded_at % 1000000 + 1000000) % 1000000) AS discarded_at
   FROM fenceq__dead_letters AS d;
+
+-- The rate window: one row per successful claim of a queue with a rate
+-- limit, kept for one rate_period (claims prune the older ones).
+CREATE TABLE IF NOT EXISTS fenceq__rate_window (
+    queue      TEXT NOT NULL,
+    claimed_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS fenceq__rate_window_queue_idx ON fenceq__rate_window (queue, claimed_at);
 
 -- The schema version, read by version.sql.
 PRAGMA user_version = 3;

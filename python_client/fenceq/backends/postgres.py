@@ -39,7 +39,8 @@ _CASTS = {"text": "text", "integer": "integer", "bigint": "bigint", "boolean": "
           "requests": "jsonb"}
 
 _VIEWS = {
-    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify"
+    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify,"
+             " max_claimed, max_claimed_per_key, busiest_key_claimed, rate_limit, rate_period, rate_used, blocked"
              " FROM fenceq.queue_stats ORDER BY queue",
     "attempts": "SELECT job_id, generation, owner_id, claimed_at FROM fenceq.attempts"
                 " WHERE job_id = %(job_id)s::text ORDER BY generation",
@@ -74,7 +75,10 @@ def requests_json(requests: tuple[SubmitRequest, ...]) -> str:
         + ',"submission_id":' + text(r.submission_id) + ',"job_id":' + text(r.job_id)
         + ',"priority":' + number(r.priority) + ',"run_at":' + moment(r.run_at)
         + ',"expires_at":' + moment(r.expires_at) + ',"max_attempts":' + number(r.max_attempts)
-        + ',"active_key":' + text(r.active_key) + ',"force":' + ("true" if r.force else "false") + "}"
+        + ',"active_key":' + text(r.active_key) + ',"force":' + ("true" if r.force else "false")
+        + ("" if r.concurrency_key is None else ',"concurrency_key":' + json_string(r.concurrency_key))
+        + ("" if r.depends_on is None else ',"depends_on":[' + ",".join(map(json_string, r.depends_on)) + "]")
+        + "}"
         for r in requests) + "]"
 
 

@@ -44,7 +44,8 @@ BUSY_TIMEOUT_SECONDS = 10.0
 CAPABILITIES = Capabilities(notifications=False, poll_interval=0.5, control_poll=0.5)
 
 _VIEWS = {
-    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify"
+    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify,"
+             " max_claimed, max_claimed_per_key, busiest_key_claimed, rate_limit, rate_period, rate_used, blocked"
              " FROM fenceq_queue_stats ORDER BY queue",
     "attempts": "SELECT job_id, generation, owner_id, claimed_at FROM fenceq_attempts"
                 " WHERE job_id = :job_id ORDER BY generation",
@@ -153,6 +154,7 @@ def _request_json(queue: str, request: SubmitRequest) -> str:
         "active_key": request.active_key,
         "force": request.force,
         "fingerprint": _fingerprint(queue, request),
+        "concurrency_key": request.concurrency_key,
     }
     # The payload is already canonical text: splice it in unchanged.
     return _json_array_text(fields)[:-1] + ',"payload":' + request.payload + "}"
@@ -165,7 +167,7 @@ def _fingerprint(queue: str, request: SubmitRequest) -> str | None:
         queue=queue, task=request.task, payload=json.loads(request.payload),
         submission_id=request.submission_id, job_id=request.job_id, priority=request.priority,
         run_at=request.run_at, expires_at=request.expires_at, max_attempts=request.max_attempts,
-        active_key=request.active_key, force=request.force)
+        active_key=request.active_key, force=request.force, concurrency_key=request.concurrency_key)
 
 
 def _jsonb_array_text(values: Any) -> str:
@@ -193,6 +195,8 @@ def parameters(op: Op) -> dict[str, Any]:
     if op.name not in ("submit", "submit_batch"):
         return params
     values = {arg.name: arg.value for arg in op.args}
+    if values.get("depends_on") or any(r.depends_on for r in values.get("requests", ())):
+        raise config_error("QF100", "depends_on needs PostgreSQL: SQLite has no dependencies yet")
     if op.name == "submit_batch":
         params["requests"] = "[" + ",".join(_request_json(values["queue"], request)
                                             for request in values["requests"]) + "]"
@@ -204,7 +208,8 @@ def parameters(op: Op) -> dict[str, Any]:
             submission_id=values.get("submission_id"), job_id=values.get("job_id"),
             priority=values.get("priority"), run_at=values.get("run_at"),
             expires_at=values.get("expires_at"), max_attempts=values.get("max_attempts"),
-            active_key=values.get("active_key"), force=bool(values.get("force")))
+            active_key=values.get("active_key"), force=bool(values.get("force")),
+            concurrency_key=values.get("concurrency_key"))
         params["fingerprint"] = _fingerprint(values["queue"], request)
     return params
 

@@ -11,7 +11,8 @@ SELECT 'QF102' AS sqlstate, 'fenceq: job_id must be 1 to 36 characters' AS messa
        NULL AS generation, NULL AS lease_expires_at, NULL AS budget_expires_at,
        NULL AS cancel_requested, NULL AS pid, NULL AS result, NULL AS last_error,
        NULL AS submission_id, NULL AS fingerprint, NULL AS active_key, NULL AS dlq_id,
-       NULL AS created_at, NULL AS finished_at
+       NULL AS created_at, NULL AS finished_at, NULL AS concurrency_key,
+       NULL AS blocked_by
  WHERE NOT {{identifier(:job_id, 36)}}
 UNION ALL
 SELECT NULL, NULL, NULL, j.*

@@ -234,7 +234,13 @@ UNION ALL SELECT 2, 'QF106', 'fenceq: a fence is malformed'
 
 -- macro: queue_heads(per_queue, queues)
 -- The first $per_queue eligible jobs of each named, unpaused queue, each
--- read through the partial claim index (a claim merges these heads).
+-- read through the partial claim index (a claim merges these heads). A
+-- queue with limits (set_queue_limits) offers only what they allow now: at
+-- most max_claimed minus its claimed jobs, at most rate_limit minus its
+-- claims in the last rate_period, and per concurrency_key at most
+-- max_claimed_per_key minus the key's claimed jobs (a key at its limit is
+-- passed over for the next job of another key). Writers are serialised, so
+-- the counts are exact.
 SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
   FROM fenceq__queues AS q
   JOIN clock
@@ -245,6 +251,47 @@ SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
         ORDER BY h.priority DESC, h.run_at, h.seq
         LIMIT $per_queue)
  WHERE q.queue IN (SELECT a.value FROM json_each($queues) AS a) AND NOT q.paused
+   AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
+UNION ALL
+SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+  FROM fenceq__queues AS q
+  JOIN clock
+  JOIN fenceq__jobs AS j ON j.seq IN (
+       SELECT h.seq FROM (
+           SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                  row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS rank
+             FROM (SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                          row_number() OVER (PARTITION BY h.concurrency_key
+                                             ORDER BY h.priority DESC, h.run_at, h.seq) AS key_rank
+                     FROM fenceq__jobs AS h
+                    WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+                      AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
+            WHERE q.max_claimed_per_key IS NULL OR h.concurrency_key IS NULL
+               OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
+                                 WHERE k.queue = q.queue AND k.status = 'claimed'
+                                   AND k.concurrency_key = h.concurrency_key) <= q.max_claimed_per_key) AS h
+        WHERE h.rank <= $per_queue
+          AND h.rank <= coalesce(q.max_claimed - (SELECT count(*) FROM fenceq__jobs AS c
+                                                   WHERE c.queue = q.queue AND c.status = 'claimed'), h.rank)
+          AND h.rank <= coalesce(q.rate_limit - (SELECT count(*) FROM fenceq__rate_window AS w
+                                                  WHERE w.queue = q.queue
+                                                    AND w.claimed_at > clock.now - q.rate_period), h.rank))
+ WHERE q.queue IN (SELECT a.value FROM json_each($queues) AS a) AND NOT q.paused
+   AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL)
+
+-- macro: record_rate_window(claims)
+-- Claims of a queue with a rate limit are recorded in its rate window (with
+-- the claim's clock reading); entries older than one rate_period go.
+DELETE FROM fenceq__rate_window
+ WHERE EXISTS (SELECT 1 FROM fenceq__queues AS q
+                WHERE q.queue = fenceq__rate_window.queue AND q.rate_limit IS NOT NULL
+                  AND fenceq__rate_window.claimed_at + q.rate_period
+                      <= {{now}});
+INSERT INTO fenceq__rate_window (queue, claimed_at)
+SELECT j.queue, c.now
+  FROM $claims AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.rate_limit IS NOT NULL AND j.claim_token = c.token;
 
 -- macro: claimed_by(token)
 -- The assignments of a claim: row c of a scratch table holds the job's

@@ -156,7 +156,9 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.cancel_requested, j.pid, j.result, j.last_error, j.submission_id, j.fingerprint,
        j.active_key, j.dlq_id,
        {{micros_utc_text(j.created_at)}} AS created_at,
-       {{micros_utc_text(j.finished_at)}} AS finished_at
+       {{micros_utc_text(j.finished_at)}} AS finished_at,
+       j.concurrency_key,
+       0 AS blocked_by  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__jobs AS j;
 
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
@@ -179,7 +181,19 @@ SELECT q.queue,
        n.now - (SELECT min(j.run_at) FROM fenceq__jobs AS j
                  WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= n.now) AS oldest_due_age,
        q.paused,
-       q.notify
+       q.notify,
+       q.max_claimed,
+       q.max_claimed_per_key,
+       coalesce((SELECT max(k.claimed) FROM (
+           SELECT count(*) AS claimed FROM fenceq__jobs AS j
+            WHERE j.queue = q.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+              AND q.max_claimed_per_key IS NOT NULL
+            GROUP BY j.concurrency_key) AS k), 0) AS busiest_key_claimed,
+       q.rate_limit,
+       q.rate_period,
+       (SELECT count(*) FROM fenceq__rate_window AS w
+         WHERE w.queue = q.queue AND w.claimed_at > n.now - q.rate_period) AS rate_used,
+       0 AS blocked  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__queues AS q,
        (SELECT {{now}} AS now) AS n;
 
@@ -189,6 +203,14 @@ SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
        {{micros_utc_text(d.replayed_at)}} AS replayed_at,
        {{micros_utc_text(d.discarded_at)}} AS discarded_at
   FROM fenceq__dead_letters AS d;
+
+-- The rate window: one row per successful claim of a queue with a rate
+-- limit, kept for one rate_period (claims prune the older ones).
+CREATE TABLE IF NOT EXISTS fenceq__rate_window (
+    queue      TEXT NOT NULL,
+    claimed_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS fenceq__rate_window_queue_idx ON fenceq__rate_window (queue, claimed_at);
 
 -- The schema version, read by version.sql.
 PRAGMA user_version = 3;
