@@ -18,3 +18,17 @@ ALTER TABLE fenceq._queues
 -- A job's concurrency key: max_claimed_per_key counts claimed jobs per key.
 ALTER TABLE fenceq._jobs
     ADD COLUMN IF NOT EXISTS concurrency_key text COLLATE "C";
+
+-- Named locks (docs/guarantees.md §15): one row per lock name ever
+-- acquired. A release clears owner_id and expires_at but keeps the row and
+-- its token, so that the lock's fencing tokens only rise, across releases
+-- too. A row is held while owner_id is set and expires_at is after now.
+CREATE TABLE IF NOT EXISTS fenceq._locks (
+    lock       text COLLATE "C" NOT NULL,
+    owner_id   text COLLATE "C",
+    token      bigint NOT NULL,
+    expires_at timestamptz,
+    CONSTRAINT _locks_pkey PRIMARY KEY (lock),
+    CONSTRAINT _locks_token_check CHECK (token >= 0),
+    CONSTRAINT _locks_holder_check CHECK ((owner_id IS NULL) = (expires_at IS NULL))
+);
