@@ -10,9 +10,10 @@ when the block ends::
 
 Entering raises ``LockBusy`` while another owner holds the lock live.
 ``held.token`` is the fencing token. The lock is *lost* when a renewal is
-refused (the hold lapsed and may have been taken over), when renewals fail
-for a whole ttl (the database unreachable: the hold may have lapsed), or
-when the release on exit finds the hold gone. Then ``held.lost`` is set,
+refused (the hold lapsed and may have been taken over) or fails with an
+error other than an unknown outcome, when renewals fail for a whole ttl (the
+database unreachable: the hold may have lapsed), or when the release on exit
+finds the hold gone. Then ``held.lost`` is set,
 ``on_lost`` (if given) is called once, from the renewer, and leaving the
 block raises ``LockLost`` unless the block is raising already.
 
@@ -31,13 +32,10 @@ import asyncio
 import threading
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from . import ops
 from .errors import FenceqError, PersistenceFailed
-
-if TYPE_CHECKING:
-    from .client import AsyncClient, Client
 
 # Seconds between attempts while renewals cannot reach the database.
 UNREACHABLE_RETRY = 0.25
@@ -129,7 +127,7 @@ class HeldLock(_Held):
     ``held.lost`` is a ``threading.Event``; ``on_lost`` runs in the renewer
     thread."""
 
-    def __init__(self, client: Client, lock: str, owner_id: str, ttl: timedelta,
+    def __init__(self, client: Any, lock: str, owner_id: str, ttl: timedelta,
                  on_lost: Callable[[], Any] | None = None):
         super().__init__(lock, owner_id, ttl, on_lost)
         self._client = client
@@ -172,7 +170,7 @@ class AsyncHeldLock(_Held):
     ``held.lost`` is an ``asyncio.Event``; ``on_lost`` runs in the renewer
     task."""
 
-    def __init__(self, client: AsyncClient, lock: str, owner_id: str, ttl: timedelta,
+    def __init__(self, client: Any, lock: str, owner_id: str, ttl: timedelta,
                  on_lost: Callable[[], Any] | None = None):
         super().__init__(lock, owner_id, ttl, on_lost)
         self._client = client

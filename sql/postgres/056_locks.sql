@@ -47,9 +47,9 @@ COMMENT ON FUNCTION fenceq._check_lock_token(bigint) IS
     'Private. Refuse (QF104) a NULL fencing token or one below 1.';
 
 -- _hold_lock: the preamble of renew_lock and release_lock. Locks the lock's
--- row FOR NO KEY UPDATE (which does not wait for check_lock: see the
--- header), then reads clock_timestamp(): that reading when owner_id holds
--- the lock live with token, else NULL. The row lock is held until the
+-- row FOR NO KEY UPDATE, which does not wait for check_lock (see the top of
+-- this file), then reads clock_timestamp(): that reading when owner_id
+-- holds the lock live with token, else NULL. The row lock is held until the
 -- caller's transaction ends.
 CREATE OR REPLACE FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint)
 RETURNS timestamptz
@@ -83,8 +83,8 @@ COMMENT ON FUNCTION fenceq._hold_lock(text, text, bigint) IS
 -- same owner takes back a lock that lapsed; QF304 when that would pass the
 -- largest bigint. Idempotent for the live holder: repeating the call
 -- renews and answers the same token.
--- Locking: the lock's row FOR UPDATE (see the header: never a weaker mode),
--- so it waits for transactions in which check_lock answered. The first
+-- Locking: the lock's row FOR UPDATE, never a weaker mode (docs/guarantees.md
+-- §15), so it waits for transactions in which check_lock answered. The first
 -- acquire of a name inserts its row; concurrent first acquires insert one
 -- row between them (ON CONFLICT: the later ones wait for the first one's
 -- transaction, then lock its row).
@@ -137,7 +137,7 @@ COMMENT ON FUNCTION fenceq.acquire_lock(text, text, interval) IS
 -- the lock again with acquire_lock for a new token), after a release, or
 -- for another owner or token.
 -- Locking: the lock's row FOR NO KEY UPDATE, which does not wait for
--- check_lock (see the header and _hold_lock).
+-- check_lock (docs/guarantees.md §15).
 CREATE OR REPLACE FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -169,7 +169,7 @@ COMMENT ON FUNCTION fenceq.renew_lock(text, text, bigint, interval) IS
 -- the next acquire answers a larger one. False, changing nothing, for a
 -- lapsed hold, a second release, or another owner or token.
 -- Locking: the lock's row FOR NO KEY UPDATE, which does not wait for
--- check_lock; the next acquire still does (see the header and _hold_lock).
+-- check_lock; the next acquire still does (docs/guarantees.md §15).
 CREATE OR REPLACE FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -201,8 +201,8 @@ COMMENT ON FUNCTION fenceq.release_lock(text, text, bigint) IS
 -- transaction that writes, before the writes, and commit them only on true.
 -- Changes nothing. In autocommit its answer is only a snapshot.
 -- Locking: the lock's row FOR KEY SHARE, which acquire_lock's FOR UPDATE
--- waits for; renew_lock and release_lock do not (see the header). It waits
--- for an acquire in progress and answers on its outcome.
+-- waits for; renew_lock and release_lock do not (docs/guarantees.md §15).
+-- It waits for an acquire in progress and answers on its outcome.
 CREATE OR REPLACE FUNCTION fenceq.check_lock(lock text, token bigint)
 RETURNS boolean
 LANGUAGE plpgsql
