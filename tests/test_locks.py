@@ -19,6 +19,7 @@ import fenceq
 from fenceq.backends import write_lock_held
 from fenceq.backends.sqlite import database_path
 from fenceq.locks import check_lock_in_transaction
+from fenceq.migrate import rollback
 from fenceq.ops import Arg, Op
 from helpers import raises_code, wait_until_past
 from test_pg_roles import login  # noqa: F401  (a fixture)
@@ -475,3 +476,11 @@ def test_check_lock_in_transaction_needs_an_open_transaction_and_good_input(sqli
             check_lock_in_transaction(conn, "nightly", 0)
         assert conn.in_transaction  # the caller decides what becomes of its transaction
         conn.execute("ROLLBACK")
+
+
+def test_rolling_back_to_version_2_refuses_while_a_lock_row_exists(db, client):
+    client.release_lock("nightly", "a", client.acquire_lock("nightly", "a", LONG))
+    with raises_code("QF901"):
+        rollback(db.url, to_version=2)
+    assert lock_rows(db) == [("nightly", None, 1, None)]  # a released lock's token is data too
+    assert rollback(db.url, to_version=2, allow_data_loss=True) == ["0003_fenceq_v3"]

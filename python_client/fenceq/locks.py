@@ -13,9 +13,10 @@ Entering raises ``LockBusy`` while another owner holds the lock live.
 refused (the hold lapsed and may have been taken over) or fails with an
 error other than an unknown outcome, when renewals fail for a whole ttl (the
 database unreachable: the hold may have lapsed), or when the release on exit
-finds the hold gone. Then ``held.lost`` is set,
-``on_lost`` (if given) is called once, from the renewer, and leaving the
-block raises ``LockLost`` unless the block is raising already.
+finds the hold gone. Then ``held.lost`` is set, ``on_lost`` (if given) is
+called once, from the renewer, and leaving the block raises ``LockLost``
+unless the block is raising already. A lost hold is not released: if it is
+still live, it lapses after its ttl.
 
 The renewer learns of a loss only after the fact, so its flag is a hint to
 stop early, not a fence: what must not be written by a stale holder is
@@ -47,8 +48,9 @@ class LockBusy(Exception):
 
 class LockLost(Exception):
     """The lock may have passed to another owner while the block ran: a
-    renewal was refused, renewals failed for a whole ttl, or the release
-    found the hold gone. Writes fenced with check_lock were refused since."""
+    renewal was refused or failed, renewals could not reach the database
+    for a whole ttl, or the release found the hold gone. Once another owner
+    took the lock, check_lock answers false for this token."""
 
 
 class _Schedule:
