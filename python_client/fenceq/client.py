@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import ops
 from .backends import AsyncBackend, Backend, backend_of, open_async_backend, open_backend
 from .backends.migrations import migrate
 from .errors import config_error
+from .locks import AsyncHeldLock, HeldLock
 from .types import Claim, ClaimState, DeadLetter, Fence, Job
 
 __all__ = ["AsyncClient", "Client", "backend_of", "connect", "connect_async", "resolve_url"]
@@ -132,6 +133,19 @@ class _Operations:
     def reap(self, *, max_rows: int | None = None):
         return self._call(ops.reap(max_rows))
 
+    # Named locks (docs/guarantees.md §15)
+    def acquire_lock(self, lock: str, owner_id: str, ttl: timedelta) -> int | None:
+        return self._call(ops.acquire_lock(lock, owner_id, ttl))
+
+    def renew_lock(self, lock: str, owner_id: str, token: int, ttl: timedelta) -> bool:
+        return self._call(ops.renew_lock(lock, owner_id, token, ttl))
+
+    def release_lock(self, lock: str, owner_id: str, token: int) -> bool:
+        return self._call(ops.release_lock(lock, owner_id, token))
+
+    def check_lock(self, lock: str, token: int) -> bool:
+        return self._call(ops.check_lock(lock, token))
+
     # Operators
     def cancel(self, job_id: str, *, force: bool = False) -> str | None:
         return self._call(ops.cancel(job_id, force))
@@ -180,6 +194,12 @@ class Client(_Operations):
             raise config_error("QF100", "migrate needs a client opened from a URL")
         return migrate(self.url)
 
+    def lock(self, lock: str, owner_id: str, *, ttl: timedelta,
+             on_lost: Callable[[], Any] | None = None) -> HeldLock:
+        """``with client.lock(...) as held``: hold a named lock for a block,
+        renewed in a background thread (fenceq/locks.py)."""
+        return HeldLock(self, lock, owner_id, ttl, on_lost)
+
     def close(self) -> None:
         self._backend.close()
 
@@ -203,6 +223,12 @@ class AsyncClient(_Operations):
         if self.url is None:
             raise config_error("QF100", "migrate needs a client opened from a URL")
         return await asyncio.to_thread(migrate, self.url)
+
+    def lock(self, lock: str, owner_id: str, *, ttl: timedelta,
+             on_lost: Callable[[], Any] | None = None) -> AsyncHeldLock:
+        """``async with client.lock(...) as held``: hold a named lock for a
+        block, renewed by a background task (fenceq/locks.py)."""
+        return AsyncHeldLock(self, lock, owner_id, ttl, on_lost)
 
     async def close(self) -> None:
         await self._backend.close()

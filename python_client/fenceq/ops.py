@@ -323,6 +323,45 @@ def reap(max_rows=None) -> Op:
                             optional=("max_rows",)), Shape.ROW, ReapResult)
 
 
+# Named locks (docs/guarantees.md §15) ----------------------------------------
+# Arguments are checked in their SQL order, as the SQL checks them.
+
+def _lock_name(lock) -> tuple[str, str, Any]:
+    return ("lock", "text", v.name(lock, "lock"))
+
+
+def _lock_owner(owner_id) -> tuple[str, str, Any]:
+    return ("owner_id", "text", v.name(owner_id, "owner_id"))
+
+
+def _lock_token(token) -> tuple[str, str, Any]:
+    return ("token", "bigint", v.integer(token, "token", nullable=False, minimum=1, maximum=v.INT64_MAX))
+
+
+def _lock_ttl(ttl) -> tuple[str, str, Any]:
+    return ("ttl", "interval", v.duration(ttl, "ttl", nullable=False))
+
+
+def acquire_lock(lock, owner_id, ttl) -> Op:
+    return Op("acquire_lock", _args(_lock_name(lock), _lock_owner(owner_id), _lock_ttl(ttl)), Shape.SCALAR, int)
+
+
+def renew_lock(lock, owner_id, token, ttl) -> Op:
+    return Op("renew_lock", _args(_lock_name(lock), _lock_owner(owner_id), _lock_token(token), _lock_ttl(ttl)),
+              Shape.SCALAR, bool)
+
+
+def release_lock(lock, owner_id, token) -> Op:
+    return Op("release_lock", _args(_lock_name(lock), _lock_owner(owner_id), _lock_token(token)),
+              Shape.SCALAR, bool)
+
+
+def check_lock(lock, token) -> Op:
+    """Read-only on SQLite (a deferred BEGIN): through the client its answer
+    is a snapshot there; locks.check_lock_in_transaction fences writes."""
+    return Op("check_lock", _args(_lock_name(lock), _lock_token(token)), Shape.SCALAR, bool, writes=False)
+
+
 # Operators ------------------------------------------------------------------
 
 def cancel(job_id, force=False) -> Op:

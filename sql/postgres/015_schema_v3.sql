@@ -43,3 +43,17 @@ CREATE TABLE IF NOT EXISTS fenceq._dependencies (
     CONSTRAINT _dependencies_pkey PRIMARY KEY (depends_on, job_id)
 );
 CREATE INDEX IF NOT EXISTS _dependencies_job_idx ON fenceq._dependencies (job_id);
+
+-- Named locks (docs/guarantees.md §15): one row per lock name ever
+-- acquired. A release clears owner_id and expires_at but keeps the row and
+-- its token, so that the lock's fencing tokens only rise, across releases
+-- too. A row is held while owner_id is set and expires_at is after now.
+CREATE TABLE IF NOT EXISTS fenceq._locks (
+    lock       text COLLATE "C" NOT NULL,
+    owner_id   text COLLATE "C",
+    token      bigint NOT NULL,
+    expires_at timestamptz,
+    CONSTRAINT _locks_pkey PRIMARY KEY (lock),
+    CONSTRAINT _locks_token_check CHECK (token >= 0),
+    CONSTRAINT _locks_holder_check CHECK ((owner_id IS NULL) = (expires_at IS NULL))
+);

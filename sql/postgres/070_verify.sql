@@ -63,7 +63,9 @@ BEGIN
         ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
         ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
         ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
-        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
+        ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -142,7 +144,8 @@ BEGIN
                               'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
                               'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
-                               'failed_at', 'replayed_at', 'discarded_at']))
+                               'failed_at', 'replayed_at', 'discarded_at']),
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -165,7 +168,8 @@ BEGIN
         ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
         ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
-        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attrdef AS d

@@ -278,6 +278,21 @@ ALTER FUNCTION fenceq._check_json(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._check_json(value jsonb, what text) IS 'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
 
+CREATE FUNCTION fenceq._check_lock_token(token bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_lock_token.token IS NULL OR _check_lock_token.token < 1 THEN
+        PERFORM fenceq._raise('QF104', 'token must be a positive integer');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_lock_token(token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_lock_token(token bigint) IS 'Private. Refuse (QF104) a NULL fencing token or one below 1.';
+
 CREATE FUNCTION fenceq._check_name(value text, what text, max_length integer DEFAULT 255, nullable boolean DEFAULT false, code text DEFAULT 'QF102'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -464,6 +479,29 @@ CREATE FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload 
 ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
+
+CREATE FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    v_lock fenceq._locks;
+    v_now timestamptz;
+BEGIN
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = _hold_lock.lock FOR NO KEY UPDATE;
+    v_now := clock_timestamp();  -- read after the row lock is held
+    IF v_lock.owner_id = _hold_lock.owner_id AND v_lock.token = _hold_lock.token AND v_lock.expires_at > v_now THEN
+        RETURN v_now;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) IS 'Private. Lock a named lock''s row, then judge the hold on a clock read after the lock: that reading when this owner holds it live with this token, else NULL.';
 
 CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -1211,6 +1249,49 @@ ALTER FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation 
 
 COMMENT ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) IS 'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
 
+CREATE FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock fenceq._locks;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(acquire_lock.lock, 'lock');
+    PERFORM fenceq._check_name(acquire_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_interval(acquire_lock.ttl, 'ttl', nullable => false);
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = acquire_lock.lock FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO fenceq._locks AS l (lock, token) VALUES (acquire_lock.lock, 0)
+        ON CONFLICT (lock) DO NOTHING;
+        SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = acquire_lock.lock FOR UPDATE;
+    END IF;
+    v_now := clock_timestamp();  -- read after the row lock is held
+    IF v_lock.expires_at > v_now THEN
+        IF v_lock.owner_id <> acquire_lock.owner_id THEN
+            RETURN NULL;
+        END IF;
+        UPDATE fenceq._locks AS l SET expires_at = v_now + acquire_lock.ttl WHERE l.lock = acquire_lock.lock;
+        RETURN v_lock.token;
+    END IF;
+    IF v_lock.token = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF304', 'the lock''s token is exhausted');
+    END IF;
+    UPDATE fenceq._locks AS l
+       SET owner_id = acquire_lock.owner_id, token = l.token + 1, expires_at = v_now + acquire_lock.ttl
+     WHERE l.lock = acquire_lock.lock
+    RETURNING l.token INTO v_lock.token;
+    RETURN v_lock.token;
+END
+$$;
+
+ALTER FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) IS 'Take a named lock for ttl: its new fencing token (larger than every earlier one), the same token renewed for its live holder, or NULL while another owner holds it. QF304 when the token is exhausted.';
+
 CREATE FUNCTION fenceq.alter_queue(queue text, lease interval DEFAULT NULL::interval, max_attempts integer DEFAULT NULL::integer, backoff_base interval DEFAULT NULL::interval, backoff_factor double precision DEFAULT NULL::double precision, backoff_max interval DEFAULT NULL::interval, dead_letter boolean DEFAULT NULL::boolean) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1281,6 +1362,28 @@ $$;
 ALTER FUNCTION fenceq.cancel(job_id text, force boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.cancel(job_id text, force boolean) IS 'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+CREATE FUNCTION fenceq.check_lock(lock text, token bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock fenceq._locks;
+BEGIN
+    PERFORM fenceq._check_name(check_lock.lock, 'lock');
+    PERFORM fenceq._check_lock_token(check_lock.token);
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = check_lock.lock FOR KEY SHARE;
+    -- The clock is read here, after the row lock is held.
+    RETURN coalesce(v_lock.token = check_lock.token AND v_lock.expires_at > clock_timestamp(), false);
+END
+$$;
+
+ALTER FUNCTION fenceq.check_lock(lock text, token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.check_lock(lock text, token bigint) IS 'True while the token is the live holder''s of a named lock. Holds the lock row until the caller''s transaction ends, so no owner acquires it meanwhile: call it in the transaction that makes the fenced writes.';
 
 CREATE FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2184,6 +2287,54 @@ ALTER FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, cla
 
 COMMENT ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) IS 'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
 
+CREATE FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(release_lock.lock, 'lock');
+    PERFORM fenceq._check_name(release_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_lock_token(release_lock.token);
+    IF fenceq._hold_lock(release_lock.lock, release_lock.owner_id, release_lock.token) IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._locks AS l SET owner_id = NULL, expires_at = NULL WHERE l.lock = release_lock.lock;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) IS 'Release a live hold of a named lock; the lock keeps its token, so the next acquire answers a larger one. True when released; false when lapsed, released already or taken over.';
+
+CREATE FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(renew_lock.lock, 'lock');
+    PERFORM fenceq._check_name(renew_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_lock_token(renew_lock.token);
+    PERFORM fenceq._check_interval(renew_lock.ttl, 'ttl', nullable => false);
+    v_now := fenceq._hold_lock(renew_lock.lock, renew_lock.owner_id, renew_lock.token);
+    IF v_now IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._locks AS l SET expires_at = v_now + renew_lock.ttl WHERE l.lock = renew_lock.lock;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) IS 'Extend a live hold of a named lock to now + ttl. True while this owner holds it live with this token; false once lapsed, released or taken over.';
+
 CREATE FUNCTION fenceq.replay_dead_letter(dlq_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2668,7 +2819,9 @@ BEGIN
         ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
         ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
         ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
-        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
+        ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -2747,7 +2900,8 @@ BEGIN
                               'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
                               'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
-                               'failed_at', 'replayed_at', 'discarded_at']))
+                               'failed_at', 'replayed_at', 'discarded_at']),
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -2770,7 +2924,8 @@ BEGIN
         ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
         ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
-        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'))
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attrdef AS d
@@ -2928,6 +3083,17 @@ ALTER TABLE fenceq._jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE fenceq._locks (
+    lock text NOT NULL COLLATE pg_catalog."C",
+    owner_id text COLLATE pg_catalog."C",
+    token bigint NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT _locks_holder_check CHECK (((owner_id IS NULL) = (expires_at IS NULL))),
+    CONSTRAINT _locks_token_check CHECK ((token >= 0))
+);
+
+ALTER TABLE fenceq._locks OWNER TO fenceq_owner;
+
 CREATE TABLE fenceq._queues (
     queue text NOT NULL COLLATE pg_catalog."C",
     lease interval NOT NULL,
@@ -3000,6 +3166,17 @@ CREATE VIEW fenceq.dependencies AS
 ALTER TABLE fenceq.dependencies OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
+
+CREATE VIEW fenceq.locks AS
+ SELECT l.lock,
+    l.owner_id,
+    l.token,
+    l.expires_at
+   FROM fenceq._locks l;
+
+ALTER TABLE fenceq.locks OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.locks IS 'Every named lock ever acquired: its holder and expiry (NULL once released; a past expiry has lapsed) and its last fencing token.';
 
 CREATE VIEW fenceq.queue_stats AS
  SELECT q.queue,
@@ -3092,6 +3269,9 @@ ALTER TABLE ONLY fenceq._dependencies
 ALTER TABLE ONLY fenceq._jobs
     ADD CONSTRAINT _jobs_pkey PRIMARY KEY (job_id);
 
+ALTER TABLE ONLY fenceq._locks
+    ADD CONSTRAINT _locks_pkey PRIMARY KEY (lock);
+
 ALTER TABLE ONLY fenceq._queues
     ADD CONSTRAINT _queues_pkey PRIMARY KEY (queue);
 
@@ -3150,6 +3330,8 @@ REVOKE ALL ON FUNCTION fenceq._check_interval(value interval, what text, allow_z
 
 REVOKE ALL ON FUNCTION fenceq._check_json(value jsonb, what text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._check_lock_token(token bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._check_name(value text, what text, max_length integer, nullable boolean, code text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_names(names text[], what text) FROM PUBLIC;
@@ -3165,6 +3347,8 @@ REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now tim
 REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
 
@@ -3216,11 +3400,19 @@ REVOKE ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, gen
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) TO fenceq_worker;
@@ -3290,6 +3482,14 @@ REVOKE ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation big
 GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) TO fenceq_admin;
 
@@ -3332,6 +3532,9 @@ GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.locks TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.locks TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_admin;

@@ -233,5 +233,24 @@ CREATE TABLE IF NOT EXISTS fenceq__rate_window (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS fenceq__rate_window_queue_idx ON fenceq__rate_window (queue, claimed_at);
 
+-- Named locks (docs/guarantees.md §15): one row per lock name ever acquired.
+-- A release clears owner_id and expires_at but keeps the row and its token,
+-- so that the lock's fencing tokens only rise, across releases too. A row is
+-- held while owner_id is set and expires_at is after now.
+CREATE TABLE IF NOT EXISTS fenceq__locks (
+    lock       TEXT NOT NULL PRIMARY KEY,
+    owner_id   TEXT,
+    token      INTEGER NOT NULL CHECK (token >= 0),
+    expires_at INTEGER,
+    CHECK ((owner_id IS NULL) = (expires_at IS NULL))
+) STRICT;
+
+CREATE VIEW IF NOT EXISTS fenceq_locks AS
+SELECT l.lock, l.owner_id, l.token,
+       strftime('%Y-%m-%dT%H:%M:%S', l.expires_at / 1000000 - (l.expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (l.expires_at % 1000000 + 1000000) % 1000000) AS expires_at
+  FROM fenceq__locks AS l;
+
 -- The schema version, read by version.sql.
 PRAGMA user_version = 3;

@@ -321,6 +321,30 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
     return [dict(zip(columns, row[3:])) for row in rows]
 
 
+def run_in_transaction(connection: sqlite3.Connection, op: Op) -> Any:
+    """Run an operation's statement file on a caller's own connection, inside
+    the transaction the caller has open: no BEGIN, COMMIT or ROLLBACK, so its
+    statements join the caller's work (as calls on a caller's psycopg
+    connection do on PostgreSQL). An error row raises its package error and
+    leaves the transaction for the caller to roll back."""
+    if not connection.in_transaction:
+        raise config_error("QF100", "the connection has no open transaction (BEGIN IMMEDIATE first)")
+    plan = _plan(op.name)
+    bound = dict.fromkeys(plan.parameters)
+    bound.update(parameters(op))
+    try:
+        for sql in plan.setup + plan.statements:
+            cursor = connection.execute(sql, bound)
+        rows = cursor.fetchall()
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    if rows and rows[0][0] is not None:
+        sqlstate, message, detail = rows[0][:3]
+        raise translate(sqlstate, message, detail) from StatementFailed(sqlstate, message, detail)
+    columns = [d[0] for d in cursor.description][3:]
+    return answer(op, [dict(zip(columns, row[3:])) for row in rows], DECODERS)
+
+
 class SqliteBackend:
     """Runs operations on one owned connection; calls from several threads
     take turns."""
@@ -443,6 +467,12 @@ EXPECTED_COLUMNS = {
         "failed_at": ("INTEGER", True), "replayed_at": ("INTEGER", False),
         "discarded_at": ("INTEGER", False)},
 }
+
+# Named locks (docs/guarantees.md §15).
+TABLES += ("fenceq__locks",)
+EXPECTED_COLUMNS["fenceq__locks"] = {
+    "lock": ("TEXT", True), "owner_id": ("TEXT", False), "token": ("INTEGER", True),
+    "expires_at": ("INTEGER", False)}
 
 # The only defaults allowed: none may manufacture identity or a state.
 EXPECTED_DEFAULTS = {

@@ -323,3 +323,55 @@ j.generation, j.claim_token,
 {{micros_utc_text(j.budget_expires_at)}},
 j.cancel_requested, j.submission_id,
 (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k WHERE k.job_id = j.job_id)
+
+-- Named locks (acquire_lock, renew_lock, release_lock, check_lock) ------------
+
+-- macro: lock_name_check
+-- QF102 unless :lock is a name: the first branch (rank 1) of a ranked
+-- UNION ALL.
+SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: lock must be 1 to 255 characters' AS message
+ WHERE NOT {{identifier(:lock, 255)}}
+
+-- macro: owner_id_check(rank)
+-- QF102 unless :owner_id is an id: a branch of a ranked UNION ALL.
+UNION ALL SELECT $rank, 'QF102', 'fenceq: owner_id must be 1 to 255 characters'
+ WHERE NOT {{identifier(:owner_id, 255)}}
+
+-- macro: lock_token_check(rank)
+-- QF104 unless :token is a positive INTEGER: a branch of a ranked UNION ALL.
+UNION ALL SELECT $rank, 'QF104', 'fenceq: token must be a positive integer'
+ WHERE NOT (typeof(:token) = 'integer' AND :token >= 1)
+
+-- macro: ttl_checks(rank)
+-- QF100 without :ttl, QF105 unless it is a positive INTEGER (microseconds):
+-- branches of a ranked UNION ALL (they exclude each other, so share a rank).
+UNION ALL SELECT $rank, 'QF100', 'fenceq: ttl is required'
+ WHERE :ttl IS NULL
+UNION ALL SELECT $rank, 'QF105', 'fenceq: ttl must be positive'
+ WHERE NOT {{optional_integer(:ttl, > 0)}}
+
+-- macro: ttl_bound_check(decision)
+-- QF105 when now + :ttl passes year 9999, now being the clock reading of
+-- the scratch table $decision (PostgreSQL refuses such a ttl as well).
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF105', 'fenceq: ttl reaches beyond years 0001-9999'
+  FROM $decision AS d
+ WHERE :ttl > 253402300799999999 - d.now AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: lock_hold_decision
+-- temp.fenceq_lock_hold: the clock reading the write uses (now) and whether
+-- :owner_id holds :lock live with :token (live). The clock is read here,
+-- after BEGIN IMMEDIATE took the write lock.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_lock_hold (now INTEGER NOT NULL, live INTEGER NOT NULL);
+DELETE FROM temp.fenceq_lock_hold;
+INSERT INTO temp.fenceq_lock_hold (now, live)
+SELECT c.now, coalesce(l.owner_id = :owner_id AND l.token = :token AND l.expires_at > c.now, 0)
+  FROM (SELECT {{now}} AS now) AS c
+  LEFT JOIN fenceq__locks AS l ON l.lock = :lock
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: lock_hold_answer
+-- The result row of renew_lock and release_lock: live as the value.
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT h.live FROM temp.fenceq_lock_hold AS h) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
