@@ -474,6 +474,8 @@ WORKER_OPTIONS = (
     WorkerOption(("--complete-window",), duration, None, "0", "batch completions within this window"),
     WorkerOption(("--owner-id",), str, None, "host:pid:random", "worker identity"),
     WorkerOption(("--record-pid",), boolean, False, "off", "record this process id on each claim"),
+    WorkerOption(("--listen-url",), str, None, "the --url",
+                 "PostgreSQL URL to LISTEN on: a direct one where --url goes through PgBouncer"),
     WorkerOption(("--log-format",), one_of("text", "json"), "text", "text", "text or json"),
     WorkerOption(("--log-level",), one_of("debug", "info", "warning", "error"), "info", "info",
                  "debug, info, warning or error"),
@@ -524,7 +526,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
         reap_interval=settings["reap_interval"] if settings["reap"] else None,
         purge_after=settings["purge_after"], purge_submissions_after=settings["purge_submissions_after"],
-        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"])
+        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"],
+        listen_url=settings["listen_url"])
     worker.run(install_signal_handlers=True)
     return 0
 

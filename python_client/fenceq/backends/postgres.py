@@ -4,6 +4,14 @@ one function of that name), in autocommit or inside the caller's transaction.
 
 The async backend also LISTENs (``listen``) and holds the worker fleet's
 exclusive duties with transaction-scoped advisory locks (``exclusive``).
+
+Nothing here keeps session state between transactions (no session SET, no
+session advisory lock, no temporary table), so a connection may go through
+PgBouncer in transaction mode, where consecutive transactions can run on
+different server sessions. Two things need a session: psycopg's server-side
+prepared statements, which a connection the backend opens uses only when it
+is not ``pooled``, and LISTEN, which the worker does not attempt on an
+async backend that is ``pooled`` (docs/dba.md, "PgBouncer").
 """
 
 from __future__ import annotations
@@ -108,6 +116,21 @@ def driver_error(exc: psycopg.Error) -> FenceqError:
     return translate(exc.sqlstate, diag.message_primary, diag.message_detail)
 
 
+def pooled(conn: psycopg.Connection) -> bool:
+    """Whether a connection pooler (PgBouncer, in any mode) sits between this
+    connection and the server: the pooler invents the backend PID it
+    announces at connect, so it differs from the serving session's
+    pg_backend_pid(). A pooled connection must keep no session state."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
+
+
+async def pooled_async(conn: psycopg.AsyncConnection) -> bool:
+    cursor = await conn.execute("SELECT pg_backend_pid()")
+    row = await cursor.fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
+
+
 def connection_url(url: str) -> str:
     """Accept SQLAlchemy's spelling postgresql+psycopg:// as well."""
     scheme, sep, rest = url.partition("://")
@@ -116,7 +139,9 @@ def connection_url(url: str) -> str:
 
 class PostgresBackend:
     """Runs operations on an owned connection (autocommit), a caller's
-    connection (inside whatever transaction it has open) or a caller's pool."""
+    connection (inside whatever transaction it has open) or a caller's pool.
+    A caller's connection keeps the caller's ``prepare_threshold``: through
+    PgBouncer, open it with ``prepare_threshold=None``."""
 
     name = "postgres"
     capabilities = CAPABILITIES
@@ -130,6 +155,13 @@ class PostgresBackend:
                 self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
             except psycopg.Error as exc:
                 raise driver_error(exc) from exc
+            try:
+                through_pooler = pooled(self._connection)
+            except psycopg.Error as exc:
+                self._connection.close()
+                raise driver_error(exc) from exc
+            if through_pooler:
+                self._connection.prepare_threshold = None
 
     @contextlib.contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
@@ -158,10 +190,11 @@ class AsyncPostgresBackend:
     name = "postgres"
     capabilities = CAPABILITIES
 
-    def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False):
+    def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False, pooled: bool = False):
         self._owned = owned
         self._pool = pool
         self._connection = connection
+        self.pooled = pooled  # through a pooler; known for owned connections only
 
     @classmethod
     async def connect(cls, url: str) -> "AsyncPostgresBackend":
@@ -169,7 +202,14 @@ class AsyncPostgresBackend:
             connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
-        return cls(connection=connection, owned=True)
+        try:
+            through_pooler = await pooled_async(connection)
+        except psycopg.Error as exc:
+            await connection.close()
+            raise driver_error(exc) from exc
+        if through_pooler:
+            connection.prepare_threshold = None
+        return cls(connection=connection, owned=True, pooled=through_pooler)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -222,7 +262,7 @@ class AsyncPostgresBackend:
                 await conn.execute("SET LOCAL idle_in_transaction_session_timeout = '2s'")
                 cursor = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (DUTY_LOCKS[duty],))
                 row = await cursor.fetchone()
-                yield AsyncPostgresBackend(connection=conn) if row and row[0] else None
+                yield AsyncPostgresBackend(connection=conn, pooled=self.pooled) if row and row[0] else None
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
 

@@ -93,7 +93,7 @@ class Runtime:
             if self.settings.batch_completions:
                 background.append(loop.create_task(self._guard("completions", completer.run)))
             if pool.capabilities.notifications:
-                notifier = Notifier(state, self._open_backend, watcher.check)
+                notifier = Notifier(state, self._listen_opener(), watcher.check)
                 background.append(loop.create_task(self._guard("listener", notifier.run)))
                 await self._clock.wait(notifier.listening, LISTEN_WAIT)
             if self.settings.reap_interval:
@@ -124,6 +124,14 @@ class Runtime:
                     await task
             await pool.close()
             self._events.emit("worker_stopped", "worker stopped", **self.counts)
+
+    def _listen_opener(self) -> BackendOpener:
+        """LISTEN's connection: the listen_url's when given (a direct one,
+        where the database URL goes through PgBouncer), else the worker's."""
+        listen_url = self.settings.listen_url
+        if listen_url is None:
+            return self._open_backend
+        return lambda: open_async_backend(listen_url)
 
     async def _check_schema(self, pool: Pool) -> None:
         """Fail fast, with a clear message, on a database without fenceq."""
@@ -178,6 +186,8 @@ class Worker:
       running this long later is cancelled (default 10; ``None`` = never).
     - ``record_pid``: ``set_pid`` with this process id on every claim.
     - ``connections``: client connections (default 2 to 8 by concurrency).
+    - ``listen_url``: where to LISTEN (PostgreSQL), when ``url`` goes
+      through PgBouncer; without it such a worker polls (docs/dba.md).
     - ``wrap_client``: a function applied to every client the worker opens
       (instrumentation, fault injection in tests).
 
@@ -196,7 +206,7 @@ class Worker:
                  purge_interval: timedelta | float = 60.0, complete_window: float = 0.0,
                  batch_completions: bool = True, cancel_grace: timedelta | float | None = 10.0,
                  record_pid: bool = False, connections: int | None = None,
-                 wrap_client: ClientWrapper | None = None):
+                 wrap_client: ClientWrapper | None = None, listen_url: str | None = None):
         if not isinstance(app, Registry):
             raise TypeError("Worker needs a fenceq.App")
         self.app = app
@@ -211,7 +221,7 @@ class Worker:
             reap_interval=reap_interval, purge_after=purge_after,
             purge_submissions_after=purge_submissions_after, purge_interval=purge_interval,
             complete_window=complete_window, batch_completions=batch_completions, cancel_grace=cancel_grace,
-            record_pid=record_pid, connections=connections)
+            record_pid=record_pid, connections=connections, listen_url=listen_url)
         self._runtime = Runtime(app, settings, open_backend=lambda: open_async_backend(self.url),
                                 wrap_client=wrap_client, counts=self.counts, started=self.started)
         self._loop: asyncio.AbstractEventLoop | None = None

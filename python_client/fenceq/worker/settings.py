@@ -9,7 +9,7 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..backends import Capabilities
+from ..backends import Capabilities, backend_of
 from ..errors import ConfigError
 
 # The most jobs one claim_batch, complete_batch or reap round handles.
@@ -58,18 +58,21 @@ class WorkerSettings:
     cancel_grace: float | None
     record_pid: bool
     connections: int
+    listen_url: str | None = None
 
     @classmethod
     def from_options(cls, *, queues, concurrency, owner_id, lease, budget, heartbeat_fraction, drain_timeout,
                      poll_interval, control_poll, reap_interval, purge_after, purge_submissions_after,
                      purge_interval, complete_window, batch_completions, cancel_grace, record_pid,
-                     connections) -> "WorkerSettings":
+                     connections, listen_url=None) -> "WorkerSettings":
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 10_000:
             raise _invalid("concurrency must be an integer from 1 to 10000")
         if not 0 < heartbeat_fraction < 1:
             raise _invalid("heartbeat_fraction must be between 0 and 1")
         if not queues:
             raise _invalid("a worker needs at least one queue")
+        if listen_url is not None and backend_of(listen_url) != "postgres":
+            raise _invalid("listen_url must be a postgresql:// URL")
         return cls(
             queues=tuple(queues), concurrency=concurrency, owner_id=owner_id or default_owner_id(),
             lease=seconds(lease, "lease"), budget=seconds(budget, "budget"),
@@ -82,7 +85,7 @@ class WorkerSettings:
             purge_interval=seconds(purge_interval, "purge_interval") or 60.0,
             complete_window=max(0.0, float(complete_window)), batch_completions=batch_completions,
             cancel_grace=seconds(cancel_grace, "cancel_grace"), record_pid=record_pid,
-            connections=connections or max(2, min(concurrency, 8)))
+            connections=connections or max(2, min(concurrency, 8)), listen_url=listen_url or None)
 
     def for_backend(self, capabilities: Capabilities) -> "WorkerSettings":
         """The intervals left unset take the backend's defaults (long where
