@@ -408,6 +408,17 @@ def _one_line(text: str | None, width: int) -> str:
 
 # Worker and demo -------------------------------------------------------------------
 
+def port(text: str) -> int:
+    """A TCP port, 0 for any free one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("a port is from 0 to 65535")
+    return value
+
+
 def boolean(text: str) -> bool:
     """1/true/yes/on or 0/false/no/off (an environment variable's switch)."""
     lowered = text.strip().lower()
@@ -474,6 +485,13 @@ WORKER_OPTIONS = (
     WorkerOption(("--complete-window",), duration, None, "0", "batch completions within this window"),
     WorkerOption(("--owner-id",), str, None, "host:pid:random", "worker identity"),
     WorkerOption(("--record-pid",), boolean, False, "off", "record this process id on each claim"),
+    WorkerOption(("--metrics-port",), port, None, "off",
+                 "serve /metrics, /healthz and /readyz on this port (0: any free one)"),
+    WorkerOption(("--metrics-host",), str, "127.0.0.1", "127.0.0.1", "the address those endpoints bind"),
+    WorkerOption(("--health-window",), duration, timedelta(seconds=30), "30s",
+                 "/healthz fails once the database has not answered for this long"),
+    WorkerOption(("--stats-interval",), duration, timedelta(seconds=5), "5s",
+                 "read queue_stats for the metrics at most this often"),
     WorkerOption(("--log-format",), one_of("text", "json"), "text", "text", "text or json"),
     WorkerOption(("--log-level",), one_of("debug", "info", "warning", "error"), "info", "info",
                  "debug, info, warning or error"),
@@ -524,7 +542,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
         reap_interval=settings["reap_interval"] if settings["reap"] else None,
         purge_after=settings["purge_after"], purge_submissions_after=settings["purge_submissions_after"],
-        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"])
+        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"],
+        metrics_port=settings["metrics_port"], metrics_host=settings["metrics_host"],
+        health_window=settings["health_window"], stats_interval=settings["stats_interval"])
     worker.run(install_signal_handlers=True)
     return 0
 

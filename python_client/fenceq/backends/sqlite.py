@@ -60,7 +60,8 @@ _VIEWS = {
 # index it must use) and takes its columns from the view fenceq_jobs: the
 # view shows timestamps as text, which no index of the table can order.
 _JOB_COLUMNS = ", ".join(f"j.{name}" for name in columns(Job).split(", "))
-_JOBS_BY = f"SELECT {_JOB_COLUMNS} FROM fenceq__jobs AS t INDEXED BY {{index}} JOIN fenceq_jobs AS j ON j.job_id = t.job_id"
+_JOBS_BY = (f"SELECT {_JOB_COLUMNS} FROM fenceq__jobs AS t INDEXED BY {{index}}"
+            " JOIN fenceq_jobs AS j ON j.job_id = t.job_id")
 
 
 def _micros(parameter: str) -> str:
@@ -73,7 +74,8 @@ _QUEUE_FILTER = "(:queue IS NULL OR t.queue = :queue)"
 _PENDING_BRANCH = ("SELECT * FROM (" + _JOBS_BY.format(index="fenceq__jobs_claim_idx")
                    + " WHERE t.status = 'pending' AND t.queue = :queue AND {after} AND " + _TASK_FILTER
                    + " ORDER BY t.priority DESC, t.run_at, t.job_id LIMIT :limit)")
-_PENDING_AFTER = (f"t.priority = :after_priority AND t.run_at = {_micros(':after_run_at')} AND t.job_id > :after_job_id",
+_PENDING_AFTER = (f"t.priority = :after_priority AND t.run_at = {_micros(':after_run_at')}"
+                  " AND t.job_id > :after_job_id",
                   f"t.priority = :after_priority AND t.run_at > {_micros(':after_run_at')}",
                   "t.priority < :after_priority")
 _FINISHED_BEFORE = f"coalesce({_micros(':after_finished_at')}, 9223372036854775807)"
