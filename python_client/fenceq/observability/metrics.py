@@ -80,6 +80,7 @@ class WorkerMetrics:
                 getattr(self, counter).labels(*labels).inc()
         elif event.endswith("_refused") and event[: -len("_refused")] in FENCED_WRITES:
             self.refused.labels(*labels, event[: -len("_refused")]).inc()
+            self._count_lost(fields, labels)  # a stale fence: this claim is gone
         elif event == "lease_lost":
             self._count_lost(fields, labels)
         elif event == "reaped":
