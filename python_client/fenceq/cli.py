@@ -549,6 +549,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import signal
+
+    from .dashboard import serve_dashboard
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    mode = "actions on: connect as a role granted fenceq_admin" if args.allow_actions else "read-only"
+    serve_dashboard(args.url, args.host, args.port, allow_actions=args.allow_actions,
+                    started=lambda address: print(f"fenceq dashboard on {address} ({mode}); Ctrl-C stops it",
+                                                  flush=True))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -672,6 +685,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("ids", nargs="*", metavar="DLQ_ID")
         sub.add_argument("--all", action="store_true", help="every open dead letter, instead of ids")
         sub.add_argument("--queue", help="with --all: only this queue's")
+
+    dashboard = command("dashboard", cmd_dashboard, "a web UI: queues, jobs and their fences, dead letters")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=port, default=8080, help="port (default 8080; 0: any free one)")
+    dashboard.add_argument("--allow-actions", action="store_true",
+                           help="offer replay, discard, cancel, pause and resume (needs fenceq_admin)")
 
     demo = command("demo", cmd_demo, "a guided tour: two workers, a crash, a takeover, fences at work")
     demo.add_argument("--keep", action="store_true", help="keep the workers' logs (in a temporary folder)")
