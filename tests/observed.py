@@ -69,3 +69,34 @@ class _Faulty:
             return await attribute(*args, **kwargs)
 
         return call
+
+
+def taken_over_job(client: fenceq.Client, queue: str, submission_id: str) -> str:
+    """A job claimed by worker-a with a short lease that lapses, reaped,
+    claimed again by worker-b and completed: two generations. The queue
+    must retry at once (no backoff)."""
+    from datetime import timedelta
+
+    from helpers import wait_until_past
+
+    job_id = client.submit(queue, "render", {"page": 7}, submission_id=submission_id)
+    first = client.claim_next([queue], "worker-a", fenceq.new_claim_token(), lease=timedelta(seconds=1))
+    assert first is not None and first.job_id == job_id
+    wait_until_past(first.lease_expires_at)
+    assert client.reap().requeued == 1
+    second = client.claim_next([queue], "worker-b", fenceq.new_claim_token())
+    assert second is not None and second.generation == 2
+    assert client.complete(second.fence, {"pages": 1})
+    assert not client.complete(first.fence, {"late": True})  # the stale fence is refused
+    return job_id
+
+
+def dead_letter(client: fenceq.Client, queue: str, task: str = "doomed") -> str:
+    """A job that failed for good into a dead letter; its dlq_id."""
+    job_id = client.submit(queue, task)
+    claim = client.claim_next([queue], "worker-c", fenceq.new_claim_token())
+    assert claim is not None and claim.job_id == job_id
+    assert client.fail(claim.fence, "ValueError: cannot", retry=False)
+    dlq_id = client.get_job(job_id).dlq_id
+    assert dlq_id
+    return dlq_id
