@@ -7,6 +7,7 @@ once the schema has their views."""
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -217,3 +218,27 @@ def test_queue_stats_columns_of_a_newer_schema_are_shown(sqlite_db):
         assert client.queue_overview()[0].extra == {"concurrency_limit": 4, "concurrency_used": 1}
     html = page(WebClient(Dashboard(sqlite_db.url)), "/queues")
     assert "<th class=\"n\">concurrency limit</th>" in html and '<td class="n">4</td>' in html
+
+
+@pytest.fixture
+def worker_role_url(pg):
+    """A login role granted fenceq_worker only (what a read-only dashboard needs)."""
+    name = f"app_dashboard_{uuid.uuid4().hex[:8]}"
+    pg.sql(f"CREATE ROLE {name} LOGIN IN ROLE fenceq_worker")
+    yield pg.url.replace("postgres@", f"{name}@", 1)
+    pg.sql(f"DROP OWNED BY {name} CASCADE")
+    pg.sql(f"DROP ROLE {name}")
+
+
+def test_a_fenceq_worker_role_reads_every_page_and_may_not_act(pg, worker_role_url):
+    with pg.connect() as admin:
+        admin.create_queue("work", **NO_BACKOFF)
+        job_id = taken_over_job(admin, "work", "order-17")
+        dlq_id = dead_letter(admin, "work")
+    web = WebClient(Dashboard(worker_role_url, allow_actions=True))
+    for path in ("/queues", "/jobs", "/jobs?submission_id=order-17", f"/jobs/{job_id}", "/dead-letters",
+                 "/jobs?status=finished&window=1h", "/jobs?status=pending&queue=work"):
+        page(web, path)
+    token = csrf_of(page(web, "/dead-letters"))
+    response = web.post("/actions/replay", data={"dlq_id": dlq_id, "csrf": token})
+    assert response.status_code == 403 and "fenceq_admin" in response.get_data(as_text=True)

@@ -123,7 +123,11 @@ class Dashboard:
             self._drop_client()
             response = self._error(request, 503, "The database could not be reached; try again.")
         except FenceqError as error:
-            response = self._error(request, 400, str(error))
+            if error.reason == "permission_denied":
+                response = self._error(request, 403, "The database refused: this role may not do that "
+                                       "(reading needs fenceq_worker's views, actions need fenceq_admin).")
+            else:
+                response = self._error(request, 400, str(error))
         response.headers.extend(HEADERS)
         return response(environ, start_response)
 
