@@ -156,3 +156,28 @@ async def test_a_refused_stale_write_shows_in_its_counter(db, client, work):
     assert value(scraped, "fenceq_worker_jobs_completed_total", **labels) == 0
     job = client.get_job(job_id)
     assert (job.status, job.generation, job.owner_id, job.result) == ("completed", 2, "other", "second")
+
+
+def test_queue_stats_columns_of_a_newer_schema_become_gauges():
+    """Limits a later schema adds to queue_stats are exported as they come:
+    numbers and flags as gauges, intervals in seconds, text left out."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from fenceq.backends.protocol import QueueOverview
+    from fenceq.observability.metrics import QueueCollector, QueueFigures
+
+    row = QueueOverview(queue="work", pending=3, due=2, claimed=1, cancel_requested=0, oldest_due_age=None,
+                        paused=False, notify=True, concurrency_limit=4, rate_period=timedelta(minutes=1),
+                        limit_note="text is no figure")
+    other = QueueOverview(queue="elsewhere", pending=9, due=9, claimed=0, cancel_requested=0,
+                          oldest_due_age=timedelta(seconds=5), paused=True, notify=True)
+    registry = CollectorRegistry()
+    figures = QueueFigures(lambda: [row, other], 60, Counter("reads", "reads", registry=None))
+    registry.register(QueueCollector(figures, ["work"]))
+    scraped = samples(generate_latest(registry).decode())
+    assert value(scraped, "fenceq_queue_concurrency_limit", queue="work") == 4
+    assert value(scraped, "fenceq_queue_rate_period_seconds", queue="work") == 60
+    assert value(scraped, "fenceq_queue_oldest_due_age_seconds", queue="work") == 0
+    assert value(scraped, "fenceq_queue_due_jobs", queue="work") == 2
+    assert not any(name == "fenceq_queue_limit_note" or ("queue", "elsewhere") in labels
+                   for name, labels in scraped)
