@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import ops
 from .backends import AsyncBackend, Backend, backend_of, open_async_backend, open_backend
+from .backends import protocol as reads
 from .backends.migrations import migrate
 from .errors import config_error
 from .locks import AsyncHeldLock, HeldLock
@@ -178,6 +179,44 @@ class _Operations:
 
     def version(self) -> str:
         return self._call(ops.version())
+
+    # Reads for operators' tools (backends/protocol.py: keyset pages of the views)
+    def present_views(self) -> list[str]:
+        return self._call(reads.present_views())
+
+    def queue_overview(self) -> list[reads.QueueOverview]:
+        return self._call(reads.queue_overview())
+
+    def jobs_by_submission(self, submission_id: str) -> list[Job]:
+        return self._call(reads.jobs_by_submission(submission_id))
+
+    def pending_jobs(self, queue: str, *, task: str | None = None, after: tuple | None = None,
+                     limit: int = 50) -> list[Job]:
+        return self._call(reads.pending_jobs(queue, task, after, limit))
+
+    def claimed_jobs(self, *, queue: str | None = None, task: str | None = None, after: str | None = None,
+                     limit: int = 50) -> list[Job]:
+        return self._call(reads.claimed_jobs(queue, task, after, limit))
+
+    def finished_jobs(self, since: datetime, *, status: str | None = None, queue: str | None = None,
+                      task: str | None = None, after: tuple | None = None, limit: int = 50) -> list[Job]:
+        return self._call(reads.finished_jobs(since, status, queue, task, after, limit))
+
+    def dead_letter_page(self, *, queue: str | None = None, include_handled: bool = False,
+                         after: tuple | None = None, limit: int = 50) -> list[DeadLetter]:
+        return self._call(reads.dead_letter_page(queue, include_handled, after, limit))
+
+    def dead_letters_of(self, job_id: str) -> list[DeadLetter]:
+        return self._call(reads.dead_letters_of(job_id))
+
+    def checkpoints(self, job_id: str) -> list[reads.Checkpoint]:
+        return self._call(reads.checkpoints(job_id))
+
+    def schedules(self, *, after: str | None = None, limit: int = 50) -> list[reads.Schedule]:
+        return self._call(reads.schedules(after, limit))
+
+    def locks(self, *, after: str | None = None, limit: int = 50) -> list[reads.Lock]:
+        return self._call(reads.locks(after, limit))
 
 
 class Client(_Operations):

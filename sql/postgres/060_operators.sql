@@ -59,6 +59,19 @@ SELECT d.job_id, d.depends_on, d.satisfied
   FROM fenceq._dependencies AS d;
 COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
 
+-- submissions: the retained submission identities (fingerprints stay
+-- private), so that a job is found by its submission id through the
+-- identity's primary key.
+CREATE OR REPLACE VIEW fenceq.submissions AS
+SELECT s.submission_id, s.job_id, s.queue, s.created_at
+  FROM fenceq._submissions AS s;
+COMMENT ON VIEW fenceq.submissions IS 'Retained submission identities: submission_id -> job_id (they outlive purged jobs).';
+
+CREATE OR REPLACE VIEW fenceq.checkpoints AS
+SELECT c.job_id, c.step, c.value, c.generation, c.recorded_at
+  FROM fenceq._checkpoints AS c;
+COMMENT ON VIEW fenceq.checkpoints IS 'Recorded checkpoints: one value per (job, step), with the generation that wrote it.';
+
 CREATE OR REPLACE VIEW fenceq.attempts AS
 SELECT c.job_id, c.generation, c.owner_id, c.claimed_at
   FROM fenceq._claims AS c;

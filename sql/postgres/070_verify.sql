@@ -138,6 +138,8 @@ BEGIN
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
                        'created_at', 'finished_at', 'concurrency_key', 'blocked_by']),
         ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
+        ('submissions', ARRAY['submission_id', 'job_id', 'queue', 'created_at']),
+        ('checkpoints', ARRAY['job_id', 'step', 'value', 'generation', 'recorded_at']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
                               'oldest_due_age', 'paused', 'notify', 'max_claimed',

@@ -2894,6 +2894,8 @@ BEGIN
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
                        'created_at', 'finished_at', 'concurrency_key', 'blocked_by']),
         ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
+        ('submissions', ARRAY['submission_id', 'job_id', 'queue', 'created_at']),
+        ('checkpoints', ARRAY['job_id', 'step', 'value', 'generation', 'recorded_at']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
                               'oldest_due_age', 'paused', 'notify', 'max_claimed',
@@ -3141,6 +3143,18 @@ ALTER TABLE fenceq.attempts OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
 
+CREATE VIEW fenceq.checkpoints AS
+ SELECT c.job_id,
+    c.step,
+    c.value,
+    c.generation,
+    c.recorded_at
+   FROM fenceq._checkpoints c;
+
+ALTER TABLE fenceq.checkpoints OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.checkpoints IS 'Recorded checkpoints: one value per (job, step), with the generation that wrote it.';
+
 CREATE VIEW fenceq.dead_letters AS
  SELECT d.dlq_id,
     d.job_id,
@@ -3217,6 +3231,17 @@ CREATE VIEW fenceq.queue_stats AS
 ALTER TABLE fenceq.queue_stats OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, the paused and notify flags, and the limits with their usage (busiest key''s claimed count, claims in the current rate window).';
+
+CREATE VIEW fenceq.submissions AS
+ SELECT s.submission_id,
+    s.job_id,
+    s.queue,
+    s.created_at
+   FROM fenceq._submissions s;
+
+ALTER TABLE fenceq.submissions OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.submissions IS 'Retained submission identities: submission_id -> job_id (they outlive purged jobs).';
 
 CREATE TABLE fenceq_migrations._yoyo_log (
     id character varying(36) NOT NULL,
@@ -3527,6 +3552,9 @@ GRANT ALL ON FUNCTION fenceq.version() TO fenceq_admin;
 GRANT SELECT ON TABLE fenceq.attempts TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.attempts TO fenceq_admin;
 
+GRANT SELECT ON TABLE fenceq.checkpoints TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.checkpoints TO fenceq_admin;
+
 GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_admin;
 
@@ -3538,3 +3566,6 @@ GRANT SELECT ON TABLE fenceq.locks TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.submissions TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.submissions TO fenceq_admin;

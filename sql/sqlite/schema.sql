@@ -174,6 +174,13 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        0 AS blocked_by  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__jobs AS j;
 
+CREATE VIEW IF NOT EXISTS fenceq_checkpoints AS
+SELECT c.job_id, c.step, c.value, c.generation,
+       strftime('%Y-%m-%dT%H:%M:%S', c.recorded_at / 1000000 - (c.recorded_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (c.recorded_at % 1000000 + 1000000) % 1000000) AS recorded_at
+  FROM fenceq__checkpoints AS c;
+
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
 SELECT c.job_id, c.generation, c.owner_id,
        strftime('%Y-%m-%dT%H:%M:%S', c.claimed_at / 1000000 - (c.claimed_at % 1000000 < 0),

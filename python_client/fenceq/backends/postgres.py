@@ -27,7 +27,8 @@ from psycopg.rows import dict_row
 from ..canonical import json_string, utc_text
 from ..errors import FenceqError, PersistenceFailed, translate
 from ..ops import Op, Shape, SubmitRequest
-from .protocol import Capabilities, Notification
+from ..types import DeadLetter, Job
+from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import answer
 
 # NOTIFY wakes workers, so polling is only the fallback (and catches jobs
@@ -58,6 +59,56 @@ _VIEWS = {
                     " AND (%(include_handled)s::boolean OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT %(limit)s::integer",
 }
+
+# The reads of protocol.py: each is driven by an index (plans in docs/observability.md).
+_TASK_FILTER = "(%(task)s::text IS NULL OR task = %(task)s::text)"
+_QUEUE_FILTER = "(%(queue)s::text IS NULL OR queue = %(queue)s::text)"
+_LIMIT = "LIMIT %(limit)s::integer"
+# Claim order mixes directions (priority DESC, run_at, job_id), which no
+# row comparison can express: three branches, each an index range of
+# _jobs_claim_idx, give the rows after the cursor.
+_PENDING_BRANCH = (f"(SELECT {columns(Job)} FROM fenceq.jobs WHERE status = 'pending' AND queue = %(queue)s::text"
+                   f" AND {{after}} AND {_TASK_FILTER} ORDER BY priority DESC, run_at, job_id {_LIMIT})")
+_PENDING_AFTER = ("priority = %(after_priority)s::integer AND run_at = %(after_run_at)s::timestamptz"
+                  " AND job_id > %(after_job_id)s::text",
+                  "priority = %(after_priority)s::integer AND run_at > %(after_run_at)s::timestamptz",
+                  "priority < %(after_priority)s::integer")
+_FINISHED_BEFORE = "coalesce(%(after_finished_at)s::timestamptz, 'infinity')"
+_VIEWS.update({
+    "present_views": "SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}') AS value"
+                     " FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+                     " WHERE n.nspname = 'fenceq' AND c.relkind IN ('v', 'm')"
+                     " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')",
+    "queue_overview": "SELECT * FROM fenceq.queue_stats ORDER BY queue",
+    "jobs_by_submission": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE job_id = (SELECT s.job_id"
+                          " FROM fenceq.submissions AS s WHERE s.submission_id = %(submission_id)s::text)"
+                          " ORDER BY created_at, job_id LIMIT 100",
+    "pending_jobs": "SELECT * FROM (" + " UNION ALL ".join(_PENDING_BRANCH.format(after=a) for a in _PENDING_AFTER)
+                    + f") AS page ORDER BY priority DESC, run_at, job_id {_LIMIT}",
+    # Claimed jobs are few (one per running handler): all of them through
+    # _jobs_claimed_idx, then sorted, never a walk of the primary key.
+    "claimed_jobs": f"WITH claimed AS MATERIALIZED (SELECT {columns(Job)} FROM fenceq.jobs WHERE status = 'claimed'"
+                    f" AND {_QUEUE_FILTER} AND {_TASK_FILTER} AND job_id > %(after_job_id)s::text)"
+                    f" SELECT * FROM claimed ORDER BY job_id {_LIMIT}",
+    "finished_jobs": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE finished_at IS NOT NULL"
+                     f" AND finished_at >= %(since)s::timestamptz AND finished_at <= {_FINISHED_BEFORE}"
+                     f" AND (finished_at, job_id) < ({_FINISHED_BEFORE}, %(after_job_id)s::text)"
+                     f" AND (%(status)s::text IS NULL OR status = %(status)s::text) AND {_QUEUE_FILTER}"
+                     f" AND {_TASK_FILTER} ORDER BY finished_at DESC, job_id DESC {_LIMIT}",
+    "dead_letter_page": f"SELECT {columns(DeadLetter)} FROM fenceq.dead_letters"
+                        " WHERE job_id >= %(after_job_id)s::text"
+                        " AND (job_id, dlq_id) > (%(after_job_id)s::text, %(after_dlq_id)s::text)"
+                        f" AND {_QUEUE_FILTER}"
+                        " AND (%(include_handled)s::boolean OR (replayed_at IS NULL AND discarded_at IS NULL))"
+                        f" ORDER BY job_id, dlq_id {_LIMIT}",
+    "dead_letters_of": f"SELECT {columns(DeadLetter)} FROM fenceq.dead_letters WHERE job_id = %(job_id)s::text"
+                       " ORDER BY failed_at, dlq_id",
+    "checkpoints": f"SELECT {columns(Checkpoint)} FROM fenceq.checkpoints WHERE job_id = %(job_id)s::text"
+                   " ORDER BY recorded_at, step",
+    "schedules": f"SELECT {columns(Schedule)} FROM fenceq.schedules WHERE schedule > %(after)s::text"
+                 f" ORDER BY schedule {_LIMIT}",
+    "locks": f"SELECT {columns(Lock)} FROM fenceq.locks WHERE lock > %(after)s::text ORDER BY lock {_LIMIT}",
+})
 
 
 def interval_text(value: timedelta) -> str:

@@ -31,8 +31,8 @@ from .. import canonical
 from .._resources import sql_dir
 from ..errors import PersistenceFailed, config_error, translate
 from ..ops import Op, SubmitRequest
-from ..types import SchemaCheck
-from .protocol import Capabilities, Notification
+from ..types import DeadLetter, Job, SchemaCheck
+from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import Kind, answer
 
 SCHEMA_VERSION = 3
@@ -55,6 +55,62 @@ _VIEWS = {
                     " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT :limit",
 }
+
+# The reads of protocol.py, each driven by an index. Differs from PostgreSQL
+# in that a job listing walks the table fenceq__jobs (INDEXED BY names the
+# index it must use) and takes its columns from the view fenceq_jobs: the
+# view shows timestamps as text, which no index of the table can order.
+_JOB_COLUMNS = ", ".join(f"j.{name}" for name in columns(Job).split(", "))
+_JOBS_BY = (f"SELECT {_JOB_COLUMNS} FROM fenceq__jobs AS t INDEXED BY {{index}}"
+            " JOIN fenceq_jobs AS j ON j.job_id = t.job_id")
+
+
+def _micros(parameter: str) -> str:
+    """A UTC text parameter as INTEGER microseconds (as the tables keep time)."""
+    return f"(unixepoch(substr({parameter}, 1, 19)) * 1000000 + CAST(substr({parameter}, 21, 6) AS INTEGER))"
+
+
+_TASK_FILTER = "(:task IS NULL OR t.task = :task)"
+_QUEUE_FILTER = "(:queue IS NULL OR t.queue = :queue)"
+_PENDING_BRANCH = ("SELECT * FROM (" + _JOBS_BY.format(index="fenceq__jobs_claim_idx")
+                   + " WHERE t.status = 'pending' AND t.queue = :queue AND {after} AND " + _TASK_FILTER
+                   + " ORDER BY t.priority DESC, t.run_at, t.job_id LIMIT :limit)")
+_PENDING_AFTER = (f"t.priority = :after_priority AND t.run_at = {_micros(':after_run_at')}"
+                  " AND t.job_id > :after_job_id",
+                  f"t.priority = :after_priority AND t.run_at > {_micros(':after_run_at')}",
+                  "t.priority < :after_priority")
+_FINISHED_BEFORE = f"coalesce({_micros(':after_finished_at')}, 9223372036854775807)"
+_VIEWS.update({
+    "present_views": "SELECT json_group_array(substr(name, 8)) AS value FROM (SELECT name FROM sqlite_master"
+                     " WHERE type = 'view' AND name LIKE 'fenceq\\_%' ESCAPE '\\' ORDER BY name)",
+    "queue_overview": "SELECT * FROM fenceq_queue_stats ORDER BY queue",
+    # Differs from PostgreSQL in that the submission's own unique index finds the job.
+    "jobs_by_submission": f"SELECT {_JOB_COLUMNS} FROM fenceq__submissions AS s"
+                          " JOIN fenceq_jobs AS j ON j.job_id = s.job_id WHERE s.submission_id = :submission_id",
+    "pending_jobs": " UNION ALL ".join(_PENDING_BRANCH.format(after=a) for a in _PENDING_AFTER)
+                    + " ORDER BY priority DESC, run_at, job_id LIMIT :limit",
+    "claimed_jobs": _JOBS_BY.format(index="fenceq__jobs_claimed_idx")
+                    + f" WHERE t.status = 'claimed' AND {_QUEUE_FILTER} AND {_TASK_FILTER}"
+                      " AND t.job_id > :after_job_id ORDER BY t.job_id LIMIT :limit",
+    "finished_jobs": _JOBS_BY.format(index="fenceq__jobs_finished_idx")
+                     + f" WHERE t.finished_at IS NOT NULL AND t.finished_at >= {_micros(':since')}"
+                       f" AND t.finished_at <= {_FINISHED_BEFORE}"
+                       f" AND (t.finished_at < {_FINISHED_BEFORE} OR t.job_id < :after_job_id)"
+                       f" AND (:status IS NULL OR t.status = :status) AND {_QUEUE_FILTER} AND {_TASK_FILTER}"
+                       " ORDER BY t.finished_at DESC, t.job_id DESC LIMIT :limit",
+    "dead_letter_page": f"SELECT {columns(DeadLetter)} FROM fenceq_dead_letters"
+                        " WHERE job_id >= :after_job_id AND (job_id, dlq_id) > (:after_job_id, :after_dlq_id)"
+                        " AND (:queue IS NULL OR queue = :queue)"
+                        " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
+                        " ORDER BY job_id, dlq_id LIMIT :limit",
+    "dead_letters_of": f"SELECT {columns(DeadLetter)} FROM fenceq_dead_letters WHERE job_id = :job_id"
+                       " ORDER BY failed_at, dlq_id",
+    "checkpoints": f"SELECT {columns(Checkpoint)} FROM fenceq_checkpoints WHERE job_id = :job_id"
+                   " ORDER BY recorded_at, step",
+    "schedules": f"SELECT {columns(Schedule)} FROM fenceq_schedules WHERE schedule > :after"
+                 " ORDER BY schedule LIMIT :limit",
+    "locks": f"SELECT {columns(Lock)} FROM fenceq_locks WHERE lock > :after ORDER BY lock LIMIT :limit",
+})
 
 _PARAMETER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
 _LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|--[^\n]*")

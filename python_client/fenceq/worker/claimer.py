@@ -103,7 +103,8 @@ class Claimer:
             if claim is not None:
                 state.counts["recovered_claims"] += 1
                 events.emit("claim_recovered", "uncertain claim recovered with its nonce",
-                            level=logging.WARNING, job_id=claim.job_id, generation=claim.generation)
+                            level=logging.WARNING, job_id=claim.job_id, queue=claim.queue, task=claim.task,
+                            generation=claim.generation)
                 found.append(claim)
         if not found:
             events.emit("claim_not_made", "the uncertain claim did not take a job (or its lease "

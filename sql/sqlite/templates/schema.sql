@@ -161,6 +161,11 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        0 AS blocked_by  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__jobs AS j;
 
+CREATE VIEW IF NOT EXISTS fenceq_checkpoints AS
+SELECT c.job_id, c.step, c.value, c.generation,
+       {{micros_utc_text(c.recorded_at)}} AS recorded_at
+  FROM fenceq__checkpoints AS c;
+
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
 SELECT c.job_id, c.generation, c.owner_id,
        {{micros_utc_text(c.claimed_at)}} AS claimed_at
