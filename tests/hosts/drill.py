@@ -195,9 +195,9 @@ class Drill:
         stale = netlab.remove_stale()
         if stale:
             log(f"removed {len(stale)} namespaces left by earlier runs: {', '.join(stale)}")
-        if self.directory.exists():
-            shutil.rmtree(self.directory)
-        self.directory.mkdir(parents=True)
+        if self.directory.exists() and any(self.directory.iterdir()):
+            raise DrillFailed(f"{self.directory} is not empty")
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o755)
         self.lab.up()
         log(f"network up: db {self.lab.address('db')}, " + ", ".join(

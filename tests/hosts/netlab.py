@@ -47,7 +47,10 @@ STALE = re.compile(rf"^{PREFIX}(\d+)-")
 
 
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=check, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {(done.stderr or done.stdout).strip()[-2000:]}")
+    return done
 
 
 def unavailable() -> str | None:
