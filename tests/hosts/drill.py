@@ -195,6 +195,9 @@ class Drill:
         stale = netlab.remove_stale()
         if stale:
             log(f"removed {len(stale)} namespaces left by earlier runs: {', '.join(stale)}")
+        for run_id in {name.rsplit("-", 1)[0] for name in stale}:
+            for leftover in ("pg", "sock"):   # their server's files; their journals stay
+                shutil.rmtree(self.directory.parent / run_id / leftover, ignore_errors=True)
         if self.directory.exists() and any(self.directory.iterdir()):
             raise DrillFailed(f"{self.directory} is not empty")
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -238,13 +241,14 @@ class Drill:
         log(f"fenceq migrated, queue {QUEUE!r} (lease {self.options.lease:g}s)")
 
     def _feed(self) -> None:
-        """Submit the jobs as the drain goes, keeping about two jobs pending
+        """Submit the jobs as the drain goes, keeping about one job pending
         per worker slot: a job whose lease lapses goes back to the end of the
-        queue, and behind thousands it would wait minutes for its takeover."""
+        queue, and behind thousands it would wait minutes for its takeover
+        (while the cut-off worker gives its writes up after 10 s)."""
         import fenceq
 
         o = self.options
-        backlog = 2 * o.hosts * o.concurrency
+        backlog = o.hosts * o.concurrency
         payload = {"steps": o.steps, "step_seconds": o.step_seconds, "finish_seconds": o.finish_seconds}
         with fenceq.connect(self.db.local_url) as client:
             while len(self.submitted) < o.jobs and not self._stop_feeding.is_set():
