@@ -31,10 +31,14 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+import psycopg
+
+import fenceq
 import netlab
 from audit import CHECKS, Database, Journals, audit, late_writes
 
@@ -111,8 +115,6 @@ class DatabaseHost:
         wait_for(self._ready, "the database server to accept connections", interval=0.2)
 
     def _ready(self) -> bool:
-        import psycopg
-
         assert self.process is not None
         if self.process.poll() is not None:
             raise DrillFailed(f"the database server exited:\n{self.log_path.read_text()[-2000:]}")
@@ -228,10 +230,6 @@ class Drill:
         return self._summary(exits, time.monotonic() - started)
 
     def _install(self) -> None:
-        import psycopg
-
-        import fenceq
-
         subprocess.run([str(Path(sys.executable).parent / "fenceq"), "migrate", "--url", self.db.local_url],
                        check=True, stdout=subprocess.DEVNULL)
         self.connection = psycopg.connect(self.db.local_url, autocommit=True)
@@ -245,8 +243,6 @@ class Drill:
         per worker slot: a job whose lease lapses goes back to the end of the
         queue, and behind thousands it would wait minutes for its takeover
         (while the cut-off worker gives its writes up after 10 s)."""
-        import fenceq
-
         o = self.options
         backlog = o.hosts * o.concurrency
         payload = {"steps": o.steps, "step_seconds": o.step_seconds, "finish_seconds": o.finish_seconds}
@@ -279,8 +275,9 @@ class Drill:
         return dict(rows)
 
     def _moved_on(self, held: dict[str, int]) -> dict[str, str]:
-        """For each held job not yet settled: None; else 'taken_over' (a higher
-        generation) or 'finished' (completed under the held generation)."""
+        """The held jobs (job -> generation) that moved on: 'taken_over' (a
+        higher generation) or 'finished' (completed under the held one).
+        Both are final, so a job once listed stays listed."""
         rows = self.connection.execute(
             "SELECT job_id, generation, status FROM fenceq.jobs WHERE job_id = ANY(%s)", (list(held),)).fetchall()
         out = {}
@@ -317,10 +314,10 @@ class Drill:
         cut_at = time.time()
         held = self._claimed(host)
         log(f"cut {host}'s link with {len(held)} of its jobs in flight (all hosts: {len(self._claimed())})")
-        moved = wait_for(lambda: (m := self._moved_on(held)) and len(m) == len(held) and m,
-                         f"every job {host} held to be taken over")
+        wait_for(lambda: len(self._moved_on(held)) == len(held), f"every job {host} held to be taken over")
         self.lab.heal(host)
         healed_at = time.time()
+        moved = self._moved_on(held)
         taken = {job: gen for job, gen in held.items() if moved[job] == "taken_over"}
         log(f"healed {host} after {healed_at - cut_at:.1f}s: {len(taken)} jobs taken over by other hosts")
         # The cut-off worker finds out: for each taken-over job a write of it is
@@ -371,8 +368,9 @@ class Drill:
         self.lab.heal("db")
         healed_at = time.time()
         log(f"healed the partition after {healed_at - cut_at:.1f}s (every lease had lapsed)")
-        moved = wait_for(lambda: (m := self._moved_on(held)) and len(m) == len(held) and m,
-                         "every job in flight at the partition to be claimed anew")
+        wait_for(lambda: len(self._moved_on(held)) == len(held),
+                 "every job in flight at the partition to be claimed anew")
+        moved = self._moved_on(held)
         taken = {job: gen for job, gen in held.items() if moved[job] == "taken_over"}
         self.faults["partition"] = {"held": len(held), "taken_over": len(taken),
                                     "seconds": round(healed_at - cut_at, 1), "healed_at": healed_at, "fences": taken}
@@ -516,8 +514,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--delay", type=float, default=0.04, help="impairment: one-way delay, seconds")
     parser.add_argument("--jitter", type=float, default=0.02, help="impairment: ± seconds")
     parser.add_argument("--loss", type=float, default=0.05, help="impairment: share of frames dropped")
-    parser.add_argument("--outage", type=float, default=1.0, help="impairment: seconds a spell of lost answers lasts (± half)")
-    parser.add_argument("--outage-gap", type=float, default=3.0, help="impairment: seconds between those spells (± half)")
+    parser.add_argument("--outage", type=float, default=1.0,
+                        help="impairment: seconds a spell of lost answers lasts (± half)")
+    parser.add_argument("--outage-gap", type=float, default=3.0,
+                        help="impairment: seconds between those spells (± half)")
     parser.add_argument("--dir", help="journals and server files (default /tmp/fqh<pid>)")
     parser.add_argument("--summary", help="also write the summary (JSON) here")
     parser.add_argument("--keep", action="store_true", help="keep the journals after a passing run")
@@ -542,8 +542,10 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict | None = None
     try:
         summary = drill.run()
-    except (DrillFailed, KeyboardInterrupt, Exception) as error:  # noqa: BLE001 - report, then clean up
+    except (DrillFailed, KeyboardInterrupt) as error:
         log(f"FAILED: {type(error).__name__}: {error}")
+    except Exception:  # noqa: BLE001 - a bug in the drill: report it, then clean up
+        log(f"FAILED:\n{traceback.format_exc()}")
     finally:
         passed = bool(summary and summary["passed"])
         left = drill.close(keep=options.keep or not passed)
