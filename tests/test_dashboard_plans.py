@@ -78,16 +78,3 @@ def driven_by_an_index(backend: str, plan: str) -> bool:
     bare_scans = [line for line in plan.splitlines() if line.startswith("SCAN ") and "INDEX" not in line
                   and "subquery" not in line]
     return "USING INDEX" in plan and not bare_scans
-
-
-def test_submission_search_would_use_an_index_on_submission_id(pg):
-    """What NEEDS_AN_INDEX asks of the schema: with this index the search is a probe."""
-    with pg.connect() as client:
-        load_history(client)
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute("CREATE INDEX _jobs_submission_idx ON fenceq._jobs (submission_id)"
-                     " WHERE submission_id IS NOT NULL")
-        conn.execute("ANALYZE")
-        sql, params = postgres.statement(reads.jobs_by_submission("s-1"))
-        plan = "\n".join(r[0] for r in psycopg.ClientCursor(conn).execute("EXPLAIN " + sql, params).fetchall())
-    assert "_jobs_submission_idx" in plan and "Seq Scan" not in plan, plan

@@ -14,10 +14,10 @@ from conftest import pg_url
 from fenceq.migrate import install_script
 
 TAMPERING = {
-    "column_types": ["ALTER TABLE fenceq._checkpoints ALTER COLUMN step TYPE varchar(255)"],
+    "column_types": ["ALTER TABLE fenceq._submissions ALTER COLUMN fingerprint TYPE varchar(255)"],
     "deterministic_collations": [
         "CREATE COLLATION public.fold (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
-        'ALTER TABLE fenceq._submissions ALTER COLUMN queue TYPE text COLLATE public.fold'],
+        'ALTER TABLE fenceq._submissions ALTER COLUMN fingerprint TYPE text COLLATE public.fold'],
     "claim_token_unique": ["ALTER TABLE fenceq._claims DROP CONSTRAINT _claims_pkey",
                            "CREATE INDEX ON fenceq._claims (claim_token)"],
     "submission_id_unique": ["ALTER TABLE fenceq._submissions DROP CONSTRAINT _submissions_pkey",

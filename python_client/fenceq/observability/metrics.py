@@ -44,6 +44,15 @@ QUEUE_GAUGES = {
     "cancel_requested": ("fenceq_queue_cancel_requested_jobs", "Claimed jobs asked to cancel."),
     "oldest_due_age": ("fenceq_queue_oldest_due_age_seconds", "Age of the oldest due job (0 when none is due)."),
     "paused": ("fenceq_queue_paused", "1 while the queue is paused."),
+    "max_claimed": ("fenceq_queue_max_claimed", "The queue's limit on claimed jobs (absent: none)."),
+    "max_claimed_per_key": ("fenceq_queue_max_claimed_per_key",
+                            "The queue's limit on claimed jobs per concurrency key (absent: none)."),
+    "busiest_key_claimed": ("fenceq_queue_busiest_key_claimed_jobs",
+                            "Claimed jobs of the busiest concurrency key (with a per-key limit)."),
+    "rate_limit": ("fenceq_queue_rate_limit", "Claims allowed per rate period (absent: no rate limit)."),
+    "rate_period": ("fenceq_queue_rate_period_seconds", "The rate limit's sliding window."),
+    "rate_used": ("fenceq_queue_rate_used", "Claims in the current rate window."),
+    "blocked": ("fenceq_queue_blocked_jobs", "Pending jobs waiting on dependencies."),
 }
 QUEUE_COLUMNS_LEFT_OUT = frozenset({"queue", "notify"})
 
@@ -149,7 +158,7 @@ class QueueCollector:
         yield ok
         families: dict[str, GaugeMetricFamily] = {}
         for row in rows:
-            values = {name: getattr(row, name) for name in QUEUE_GAUGES} | row.extra
+            values = {name: getattr(row, name) for name in QUEUE_GAUGES if hasattr(row, name)} | row.extra
             for column, value in values.items():
                 metric = _queue_metric(column, value)
                 if metric is None:
