@@ -206,7 +206,8 @@ def main() -> int:
     print(table(result))
     print(f"fuzz: {sum(t.calls for t in result)} calls in {seconds / 60:.1f} minutes")
     if not args.no_write:
-        write_report(result, seconds, args.calls, "make fuzz")
+        command = "make fuzz" if args.calls == 10_000 else f"make fuzz FUZZ_CALLS={args.calls}"
+        write_report(result, seconds, args.calls, command)
     short = [t for t in result if t.calls < args.calls]
     new = [(t.engine, t.function, k, f) for t in result for k, f in t.unexpected().items()]
     for engine, function, kind, found in new:
