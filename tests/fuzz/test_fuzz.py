@@ -17,7 +17,7 @@ import fuzz_sqlite
 from fuzz_outcomes import Tally
 from fuzz_run import Fuzzers, functions, run_calls
 
-SHORT_CALLS = 60
+SHORT_CALLS = 50
 SEED = int(os.environ.get("FENCEQ_FUZZ_SEED", "0"))
 ROOT = Path(__file__).resolve().parents[2]
 
