@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test bench sql demo docs schema pg-start pg-stop clean test-pg16 test-pgbouncer
+.PHONY: install test bench sql demo docs schema pg-start pg-stop clean test-pg16 test-pgbouncer fuzz
 
 install: $(VENV)/.installed
 
@@ -86,3 +86,10 @@ test-pgbouncer: install pg-start
 .PHONY: test-hosts
 test-hosts: install
 	FENCEQ_TEST_HOSTS=1 $(BIN)/pytest -q -s -rs -p no:cacheprovider tests/hosts
+
+# Issue 13 §4: every public function on both engines, >= FUZZ_CALLS generated
+# calls each, on two worker processes; writes tests/fuzz/fuzz-counts.json and
+# the generated section of docs/fuzzing.md.
+FUZZ_CALLS ?= 10000
+fuzz: install pg-start
+	$(BIN)/python tests/fuzz/fuzz_run.py --url postgresql://postgres@127.0.0.1:$(FENCEQ_TEST_PG_PORT)/postgres --calls $(FUZZ_CALLS)
