@@ -152,6 +152,16 @@ def _read(name: str, shape: Shape, returns: Any, *args: tuple[str, str, Any]) ->
     return Op(name, tuple(Arg(*arg) for arg in args), shape, returns, writes=False)
 
 
+def _cursor(after: Any, default: tuple) -> tuple:
+    """A keyset cursor: None (the first page) or the last row's key, a
+    tuple of as many parts as the default; QF100 for anything else."""
+    if after is None:
+        return default
+    if not isinstance(after, (tuple, list)) or len(after) != len(default):
+        raise config_error("QF100", f"after must be None or a tuple of {len(default)} parts")
+    return tuple(after)
+
+
 def _limit(limit: Any) -> tuple[str, str, Any]:
     return ("limit", "integer", v.integer(limit, "limit", nullable=False, minimum=1, maximum=PAGE_LIMIT))
 
@@ -175,7 +185,7 @@ def pending_jobs(queue: Any, task: Any = None, after: tuple | None = None, limit
     """One queue's pending jobs in claim order (highest priority, earliest
     run_at first; then job id); ``after`` is the last row's
     (priority, run_at, job_id)."""
-    priority, run_at, job_id = after or (_TOP_PRIORITY, _EARLIEST, "")
+    priority, run_at, job_id = _cursor(after, (_TOP_PRIORITY, _EARLIEST, ""))
     return _read("pending_jobs", Shape.ROWS, Job, ("queue", "text", v.name(queue, "queue")),
                  ("task", "text", v.name(task, "task", nullable=True)),
                  ("after_priority", "integer", v.integer(priority, "after_priority", nullable=False)),
@@ -197,7 +207,7 @@ def finished_jobs(since: Any, status: Any = None, queue: Any = None, task: Any =
     ``after`` is the last row's (finished_at, job_id)."""
     if status is not None and status not in FINISHED_STATUSES:
         raise config_error("QF100", "status must be one of " + ", ".join(FINISHED_STATUSES))
-    finished_at, job_id = after or (None, "")
+    finished_at, job_id = _cursor(after, (None, ""))
     return _read("finished_jobs", Shape.ROWS, Job,
                  ("since", "timestamptz", v.moment(since, "since") or _EARLIEST),
                  ("status", "text", status), ("queue", "text", v.name(queue, "queue", nullable=True)),
@@ -211,7 +221,7 @@ def dead_letter_page(queue: Any = None, include_handled: bool = False, after: tu
     """Dead letters in job id order (generated job ids are time-ordered:
     oldest job first), walking the job_id index; ``after`` is the last
     row's (job_id, dlq_id)."""
-    job_id, dlq_id = after or ("", "")
+    job_id, dlq_id = _cursor(after, ("", ""))
     return _read("dead_letter_page", Shape.ROWS, DeadLetter,
                  ("queue", "text", v.name(queue, "queue", nullable=True)),
                  ("include_handled", "boolean", v.boolean(include_handled, "include_handled")),
