@@ -361,8 +361,11 @@ BEGIN
         PERFORM fenceq._check_json(v_new.payload, 'payload');
     END IF;
     SELECT * INTO v_cron FROM fenceq._cron_parse(set_schedule.cron);
+    -- pg_timezone_names reads every zone file (about 0.1 s): a zone some
+    -- schedule has already is known.
     IF set_schedule.time_zone IS NULL
-       OR NOT EXISTS (SELECT 1 FROM pg_timezone_names AS z WHERE z.name = set_schedule.time_zone) THEN
+       OR NOT EXISTS (SELECT 1 FROM fenceq._schedules AS s WHERE s.time_zone = set_schedule.time_zone)
+          AND NOT EXISTS (SELECT 1 FROM pg_timezone_names AS z WHERE z.name = set_schedule.time_zone) THEN
         PERFORM fenceq._raise('QF100', 'time_zone must name a known IANA time zone');
     END IF;
     IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = set_schedule.queue) THEN
