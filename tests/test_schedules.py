@@ -4,6 +4,7 @@ concurrent sessions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -265,6 +266,84 @@ async def test_the_async_client_has_the_schedule_methods(db, queue):
         assert await client.drop_schedule("s") is True
     finally:
         await client.close()
+
+
+async def test_a_worker_ticks_schedules_with_its_reap_duty(db, queue):
+    app = fenceq.App(queues=[queue])
+
+    @app.task("scheduled")
+    def scheduled(ctx):
+        return {"ran": ctx.payload}
+
+    with db.connect() as client:
+        client.set_schedule("w", queue, "scheduled", YEARLY, {"n": 1})
+        move_back(db, "w")
+    worker = fenceq.Worker(app, url=db.url, queues=[queue], reap_interval=0.2, poll_interval=0.05)
+    task = asyncio.create_task(worker.run_async())
+    client = await db.connect_async()
+    try:
+        for _ in range(3000):  # a bound on failure only: the job completes as soon as it can
+            [shown] = await client.schedules()
+            job = shown.last_job_id and await client.get_job(shown.last_job_id)
+            if job and job.status == "completed" or task.done():
+                break
+            await asyncio.sleep(0.02)
+        assert job and (job.status, job.result, job.run_at) == ("completed", {"ran": {"n": 1}}, shown.last_run_at)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 60)
+        await client.close()
+
+
+async def test_a_worker_refused_tick_stops_ticking_and_goes_on_reaping(pg, caplog):
+    import logging
+    import uuid
+
+    from fenceq._worker_log import LOGGER_NAME
+
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+    name = f"app_worker_{uuid.uuid4().hex[:8]}"
+    pg.sql(f"CREATE ROLE {name} LOGIN IN ROLE fenceq_worker")
+    pg.sql("REVOKE EXECUTE ON FUNCTION fenceq.tick(integer) FROM fenceq_worker")  # in this database only
+    try:
+        with pg.connect() as admin:
+            admin.create_queue("served")
+            admin.create_queue("lapsing", backoff_base=timedelta(0))
+            lapsing = admin.submit("lapsing", "t")
+        worker = fenceq.Worker(fenceq.App(queues=["served"]), url=pg.url.replace("postgres@", f"{name}@", 1),
+                               queues=["served"], reap_interval=0.2, poll_interval=0.05)
+        task = asyncio.create_task(worker.run_async())
+        client = await pg.connect_async()
+
+        def events(name: str) -> int:
+            return sum(getattr(record, "event", None) == name for record in caplog.records)
+
+        async def until(condition) -> None:
+            for _ in range(3000):  # a bound on failure only
+                if await condition() or task.done():
+                    return
+                await asyncio.sleep(0.02)
+
+        async def refused() -> bool:
+            return events("tick_disabled") > 0
+
+        async def reaped() -> bool:
+            return (await client.get_job(lapsing)).status == "pending"
+
+        try:
+            await until(refused)
+            # A lease that lapses after the refusal: the worker still reaps it.
+            await client.claim_next(["lapsing"], "w", fenceq.new_claim_token(), lease=timedelta(milliseconds=200))
+            await until(reaped)
+            assert await reaped()
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 60)
+            await client.close()
+        assert events("tick_disabled") == 1 and events("reap_disabled") == 0
+    finally:
+        pg.sql(f"DROP OWNED BY {name} CASCADE")
+        pg.sql(f"DROP ROLE {name}")
 
 
 # Racing ticks: real concurrent sessions -------------------------------------
