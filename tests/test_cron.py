@@ -8,12 +8,13 @@ Where daylight saving does play a part, fenceq's rules differ from
 cronsim's on purpose: a local time skipped by a jump fires at the first
 instant after the gap, and a local time that occurs twice fires once, at its
 first instance, whatever the fields (cronsim fires a job with * in its
-minute or hour field in both passes of a fall-back, skips a gap's times for
-such a job, and answers a naive local time for an instant in a fall-back's
-second pass). Those rules are tested with explicit cases in Europe/Berlin,
-America/New_York and Australia/Lord_Howe (whose clocks move by 30 minutes)
-below; the comparison with cronsim is made only where the zone's offset is
-the same from a day before the instant to a day after both answers.
+minute or hour field in both passes of a fall-back and never fires such a
+job for the times of a gap, and from an instant in a fall-back's second pass
+it can answer an occurrence before that instant). Those rules are tested
+with explicit cases in Europe/Berlin, America/New_York and
+Australia/Lord_Howe (whose clocks move by 30 minutes) below; the comparison
+with cronsim is made only where the zone's offset is the same from a day
+before the instant to a day after both answers.
 """
 
 from __future__ import annotations
