@@ -73,7 +73,7 @@ def test_every_public_view_has_a_comment(pg):
     rows = pg.sql("SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"
                   " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'fenceq' AND c.relkind = 'v'")
     assert {name for name, _ in rows} >= {"jobs", "attempts", "queue_stats", "dead_letters", "dependencies", "locks",
-                                            "submissions", "checkpoints"}
+                                            "submissions", "checkpoints", "schedules"}
     assert all(comment for _, comment in rows)
 
 

@@ -5,7 +5,7 @@ from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, Persist
                      SubmissionConflict)
 from .locks import LockBusy, LockLost
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
-                    SchemaCheck, new_claim_token)
+                    Schedule, SchemaCheck, new_claim_token)
 from .worker import App, AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable, Worker
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "ConfigError", "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "JobCancelled", "JobContext",
     "LeaseLost", "LockBusy", "LockLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
+    "Schedule",
 ]

@@ -21,7 +21,7 @@ from .backends import protocol as reads
 from .backends.migrations import migrate
 from .errors import config_error
 from .locks import AsyncHeldLock, HeldLock
-from .types import Claim, ClaimState, DeadLetter, Fence, Job
+from .types import Claim, ClaimState, DeadLetter, Fence, Job, Schedule
 
 __all__ = ["AsyncClient", "Client", "backend_of", "connect", "connect_async", "resolve_url"]
 
@@ -176,6 +176,22 @@ class _Operations:
 
     def verify_schema(self):
         return self._call(ops.verify_schema())
+
+    # Schedules
+    def set_schedule(self, schedule: str, queue: str, task: str, cron: str, payload: Any = None, *,
+                     time_zone: str = "UTC", priority: int | None = None, max_attempts: int | None = None,
+                     active_key: str | None = None, paused: bool = False) -> bool:
+        return self._call(ops.set_schedule(schedule, queue, task, cron, payload, time_zone, priority,
+                                           max_attempts, active_key, paused))
+
+    def drop_schedule(self, schedule: str) -> bool:
+        return self._call(ops.drop_schedule(schedule))
+
+    def tick(self, *, max_rows: int | None = None) -> int:
+        return self._call(ops.tick(max_rows))
+
+    def schedules(self) -> list[Schedule]:
+        return self._call(ops.schedules())
 
     def version(self) -> str:
         return self._call(ops.version())

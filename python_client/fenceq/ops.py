@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
+from . import cron as cron_expression
 from . import validate as v
 from .errors import config_error
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
-                    SchemaCheck)
+                    Schedule, SchemaCheck)
 
 
 @dataclass(frozen=True)
@@ -414,3 +415,47 @@ def verify_schema() -> Op:
 
 def version() -> Op:
     return Op("version", (), Shape.SCALAR, str, writes=False)
+
+
+# Schedules (docs/guarantees.md §14) -------------------------------------------
+
+# The longest schedule name whose submission ids ('fenceq:schedule:' +
+# name + ':' + 'YYYY-MM-DDTHH:MM:SSZ') stay within 255 characters.
+SCHEDULE_NAME_LENGTH = 218
+
+
+def set_schedule(schedule, queue, task, cron, payload=None, time_zone="UTC", priority=None,
+                 max_attempts=None, active_key=None, paused=False) -> Op:
+    """The expression is parsed here (QF100) on both engines; whether the
+    time zone exists, each engine decides (PostgreSQL by pg_timezone_names)."""
+    text = v.json_value(payload, "payload")
+    cron_expression.parse(cron)
+    if not isinstance(time_zone, str) or not 1 <= len(time_zone) <= 255 or not time_zone.isprintable():
+        raise config_error("QF100", "time_zone must name a known IANA time zone")
+    return Op("set_schedule", _args(
+        ("schedule", "text", v.name(schedule, "schedule", max_length=SCHEDULE_NAME_LENGTH)),
+        ("queue", "text", v.name(queue, "queue")),
+        ("task", "text", v.name(task, "task")),
+        ("cron", "text", cron),
+        ("payload", "jsonb", None if text == "null" else text),
+        ("time_zone", "text", time_zone),
+        ("priority", "integer", v.integer(priority, "priority")),
+        ("max_attempts", "integer", v.integer(max_attempts, "max_attempts", minimum=1)),
+        ("active_key", "text", v.name(active_key, "active_key", nullable=True)),
+        ("paused", "boolean", v.boolean(paused, "paused")),
+        optional=("payload", "priority", "max_attempts", "active_key"),
+    ), Shape.SCALAR, bool)
+
+
+def drop_schedule(schedule) -> Op:
+    return Op("drop_schedule", _args(
+        ("schedule", "text", v.name(schedule, "schedule", max_length=SCHEDULE_NAME_LENGTH))), Shape.SCALAR, bool)
+
+
+def tick(max_rows=None) -> Op:
+    return Op("tick", _args(("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
+                            optional=("max_rows",)), Shape.SCALAR, int)
+
+
+def schedules() -> Op:
+    return Op("schedules", (), Shape.ROWS, Schedule, writes=False)

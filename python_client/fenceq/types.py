@@ -140,3 +140,20 @@ class SchemaCheck:
     check_name: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    schedule: str
+    queue: str
+    task: str
+    cron: str
+    time_zone: str
+    payload: Any
+    priority: int | None
+    max_attempts: int | None
+    active_key: str | None
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_job_id: str | None

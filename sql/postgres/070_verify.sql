@@ -65,7 +65,18 @@ BEGIN
         ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
         ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
         ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
-        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false))
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false),
+        ('_schedules', 'schedule', 'text', true), ('_schedules', 'queue', 'text', true),
+        ('_schedules', 'task', 'text', true), ('_schedules', 'cron', 'text', true),
+        ('_schedules', 'time_zone', 'text', true), ('_schedules', 'payload', 'jsonb', false),
+        ('_schedules', 'priority', 'integer', false), ('_schedules', 'max_attempts', 'integer', false),
+        ('_schedules', 'active_key', 'text', false), ('_schedules', 'paused', 'boolean', true),
+        ('_schedules', 'cron_minutes', 'integer[]', true), ('_schedules', 'cron_hours', 'integer[]', true),
+        ('_schedules', 'cron_days', 'integer[]', true), ('_schedules', 'cron_months', 'integer[]', true),
+        ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
+        ('_schedules', 'next_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_job_id', 'text', false))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -147,7 +158,10 @@ BEGIN
                               'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
                                'failed_at', 'replayed_at', 'discarded_at']),
-        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']))
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
+        ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
+                            'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
+                            'last_job_id']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (

@@ -397,7 +397,274 @@ ALTER FUNCTION fenceq._checkpoints_of(job_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._checkpoints_of(job_id text) IS 'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
 
+CREATE FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[] DEFAULT '{}'::text[]) RETURNS integer[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+DECLARE
+    v_item text;
+    v_parts text[];
+    v_first integer;
+    v_last integer;
+    v_step integer;
+    v_values integer[] := '{}';
+BEGIN
+    FOREACH v_item IN ARRAY string_to_array(_cron_field.field, ',') LOOP
+        v_parts := regexp_match(v_item,
+            '^(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$');
+        -- A step needs a range (A/S alone is not classic cron).
+        IF v_parts IS NULL OR (v_parts[2] IS NOT NULL AND v_parts[3] IS NULL AND v_parts[4] IS NOT NULL) THEN
+            PERFORM fenceq._raise('QF100', format('cron expression does not parse (%s field)', _cron_field.what));
+        END IF;
+        IF v_parts[1] IS NOT NULL THEN
+            v_first := _cron_field.low;
+            v_last := _cron_field.high;
+        ELSE
+            v_first := fenceq._cron_value(v_parts[2], _cron_field.what, _cron_field.low, _cron_field.high,
+                                          _cron_field.names);
+            v_last := CASE WHEN v_parts[3] IS NULL THEN v_first
+                           ELSE fenceq._cron_value(v_parts[3], _cron_field.what, _cron_field.low,
+                                                   _cron_field.high, _cron_field.names) END;
+        END IF;
+        v_step := coalesce(v_parts[4]::integer, 1);
+        IF v_first > v_last OR v_step < 1 THEN
+            PERFORM fenceq._raise('QF100', format('cron expression is out of range (%s field)', _cron_field.what));
+        END IF;
+        v_values := v_values || ARRAY(SELECT generate_series(v_first, v_last, v_step));
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT v.value FROM unnest(v_values) AS v(value) ORDER BY v.value);
+END
+$_$;
+
+ALTER FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) IS 'Private. The values a cron field allows, ascending; QF100 naming the field when it does not parse or is out of range.';
+
+CREATE FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_utc timestamptz := _cron_instant.local AT TIME ZONE 'UTC';
+    -- '24 hours', never '1 day': a day of timestamptz arithmetic follows the session's zone.
+    v_day_before timestamptz := v_utc - interval '24 hours';
+    v_day_after timestamptz := v_utc + interval '24 hours';
+    v_before interval := (v_day_before AT TIME ZONE _cron_instant.time_zone) - (v_day_before AT TIME ZONE 'UTC');
+    v_after interval := (v_day_after AT TIME ZONE _cron_instant.time_zone) - (v_day_after AT TIME ZONE 'UTC');
+    v_early timestamptz := v_utc - greatest(v_before, v_after);
+    v_late timestamptz := v_utc - least(v_before, v_after);
+    v_middle timestamptz;
+BEGIN
+    IF (v_early AT TIME ZONE _cron_instant.time_zone) = _cron_instant.local THEN
+        RETURN v_early;
+    END IF;
+    IF (v_late AT TIME ZONE _cron_instant.time_zone) = _cron_instant.local THEN
+        RETURN v_late;
+    END IF;
+    -- In a gap: the wall clock jumps past local between v_early and v_late.
+    WHILE v_late - v_early > interval '1 second' LOOP
+        v_middle := v_early + make_interval(secs => floor(extract(epoch FROM v_late - v_early) / 2));
+        IF (v_middle AT TIME ZONE _cron_instant.time_zone) >= _cron_instant.local THEN
+            v_late := v_middle;
+        ELSE
+            v_early := v_middle;
+        END IF;
+    END LOOP;
+    RETURN v_late;
+END
+$$;
+
+ALTER FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) IS 'Private. The first instant at which the local clock of a time zone reads a wall time or later: its first instance, or the end of the daylight-saving gap it falls in.';
+
+CREATE FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_text text;
+    v_fields text[];
+BEGIN
+    IF _cron_parse.cron IS NULL OR length(_cron_parse.cron) NOT BETWEEN 1 AND 255 THEN
+        PERFORM fenceq._raise('QF100', 'cron expression must be a string of 1 to 255 characters');
+    END IF;
+    IF octet_length(_cron_parse.cron) <> length(_cron_parse.cron) THEN
+        PERFORM fenceq._raise('QF100', 'cron expression does not parse');
+    END IF;
+    v_text := btrim(_cron_parse.cron, E' \t');
+    IF left(v_text, 1) = '@' THEN
+        v_text := CASE lower(v_text COLLATE "C")
+                      WHEN '@hourly' THEN '0 * * * *' WHEN '@daily' THEN '0 0 * * *'
+                      WHEN '@weekly' THEN '0 0 * * 0' WHEN '@monthly' THEN '0 0 1 * *'
+                      WHEN '@yearly' THEN '0 0 1 1 *' END;
+        IF v_text IS NULL THEN
+            PERFORM fenceq._raise('QF100', 'cron expression names an unknown macro');
+        END IF;
+    END IF;
+    v_fields := regexp_split_to_array(v_text, E'[ \t]+');
+    IF cardinality(v_fields) <> 5 THEN
+        PERFORM fenceq._raise('QF100', 'cron expression must have five fields');
+    END IF;
+    minutes := fenceq._cron_field(v_fields[1], 'minute', 0, 59);
+    hours := fenceq._cron_field(v_fields[2], 'hour', 0, 23);
+    days := fenceq._cron_field(v_fields[3], 'day of month', 1, 31);
+    months := fenceq._cron_field(v_fields[4], 'month', 1, 12,
+        '{JAN,FEB,MAR,APR,MAY,JUN,JUL,AUG,SEP,OCT,NOV,DEC}');
+    weekdays := ARRAY(SELECT DISTINCT w.value % 7
+                        FROM unnest(fenceq._cron_field(v_fields[5], 'day of week', 0, 7,
+                                                       '{SUN,MON,TUE,WED,THU,FRI,SAT}')) AS w(value)
+                       ORDER BY 1);
+    days_and := left(v_fields[3], 1) = '*' OR left(v_fields[5], 1) = '*';
+    -- With a day of month required, some allowed month must have that day
+    -- (February has a 29th in leap years); any weekday comes round.
+    IF days_and AND NOT EXISTS (
+        SELECT 1 FROM unnest(months) AS m(month), unnest(days) AS d(day)
+         WHERE d.day <= ('{31,29,31,30,31,30,31,31,30,31,30,31}'::integer[])[m.month]) THEN
+        PERFORM fenceq._raise('QF100', 'cron expression can never fire');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) IS 'Private. A cron expression as the allowed values of its fields and whether day of month and day of week must both match; QF100 when it does not parse or can never fire.';
+
 SET default_table_access_method = heap;
+
+CREATE TABLE fenceq._schedules (
+    schedule text NOT NULL COLLATE pg_catalog."C",
+    queue text NOT NULL COLLATE pg_catalog."C",
+    task text NOT NULL COLLATE pg_catalog."C",
+    cron text NOT NULL COLLATE pg_catalog."C",
+    time_zone text NOT NULL COLLATE pg_catalog."C",
+    payload jsonb,
+    priority integer,
+    max_attempts integer,
+    active_key text COLLATE pg_catalog."C",
+    paused boolean NOT NULL,
+    cron_minutes integer[] NOT NULL,
+    cron_hours integer[] NOT NULL,
+    cron_days integer[] NOT NULL,
+    cron_months integer[] NOT NULL,
+    cron_weekdays integer[] NOT NULL,
+    cron_days_and boolean NOT NULL,
+    next_run_at timestamp with time zone,
+    last_run_at timestamp with time zone,
+    last_job_id text COLLATE pg_catalog."C"
+);
+
+ALTER TABLE fenceq._schedules OWNER TO fenceq_owner;
+
+CREATE FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_zone text := _cron_step.schedule.time_zone;
+    v_local timestamp := _cron_step.instant AT TIME ZONE v_zone;
+    v_day_before timestamptz := _cron_step.instant - interval '24 hours';
+    v_direction integer := CASE WHEN _cron_step.forward THEN 1 ELSE -1 END;
+    v_start timestamp;
+    v_start_day date;
+    v_start_hour integer;
+    v_start_minute integer;
+    v_limit date;
+    v_day date;
+    v_hours integer[];
+    v_minutes integer[];
+    v_hour integer;
+    v_minute integer;
+    v_at timestamptz;
+BEGIN
+    IF _cron_step.forward THEN
+        v_start := date_trunc('minute', v_local) + interval '1 minute';
+        v_hours := _cron_step.schedule.cron_hours;
+        v_minutes := _cron_step.schedule.cron_minutes;
+    ELSE
+        v_start := date_trunc('minute', v_local + greatest(
+            ((v_day_before AT TIME ZONE v_zone) - (v_day_before AT TIME ZONE 'UTC'))
+            - (v_local - (_cron_step.instant AT TIME ZONE 'UTC')), interval '0'));
+        v_hours := ARRAY(SELECT h.value FROM unnest(_cron_step.schedule.cron_hours) WITH ORDINALITY AS h(value, i)
+                          ORDER BY h.i DESC);
+        v_minutes := ARRAY(SELECT m.value FROM unnest(_cron_step.schedule.cron_minutes) WITH ORDINALITY AS m(value, i)
+                            ORDER BY m.i DESC);
+    END IF;
+    v_start_day := v_start::date;
+    v_start_hour := extract(hour FROM v_start)::integer;
+    v_start_minute := extract(minute FROM v_start)::integer;
+    v_limit := CASE WHEN _cron_step.forward THEN least(v_start_day + 10227, date '9999-12-30')
+                    ELSE greatest(v_start_day - 10227, date '0001-01-03') END;
+    v_day := v_start_day;
+    WHILE CASE WHEN _cron_step.forward THEN v_day <= v_limit ELSE v_day >= v_limit END LOOP
+        IF NOT extract(month FROM v_day)::integer = ANY (_cron_step.schedule.cron_months) THEN
+            -- On to the first day of the next month, or the last of the previous.
+            IF make_date(extract(year FROM v_day)::integer, extract(month FROM v_day)::integer, 1)
+               = (CASE WHEN _cron_step.forward THEN date '9999-12-01' ELSE date '0001-01-01' END) THEN
+                RETURN NULL;
+            END IF;
+            v_day := CASE WHEN _cron_step.forward
+                          THEN make_date(extract(year FROM v_day)::integer + extract(month FROM v_day)::integer / 12,
+                                         extract(month FROM v_day)::integer % 12 + 1, 1)
+                          ELSE make_date(extract(year FROM v_day)::integer, extract(month FROM v_day)::integer, 1) - 1
+                     END;
+            CONTINUE;
+        END IF;
+        -- (Parenthesised: IF would take the first THEN as its own.)
+        IF (CASE WHEN _cron_step.schedule.cron_days_and
+                 THEN extract(day FROM v_day)::integer = ANY (_cron_step.schedule.cron_days)
+                      AND extract(dow FROM v_day)::integer = ANY (_cron_step.schedule.cron_weekdays)
+                 ELSE extract(day FROM v_day)::integer = ANY (_cron_step.schedule.cron_days)
+                      OR extract(dow FROM v_day)::integer = ANY (_cron_step.schedule.cron_weekdays) END) THEN
+            FOREACH v_hour IN ARRAY v_hours LOOP
+                CONTINUE WHEN v_day = v_start_day AND (v_hour - v_start_hour) * v_direction < 0;
+                FOREACH v_minute IN ARRAY v_minutes LOOP
+                    CONTINUE WHEN v_day = v_start_day AND v_hour = v_start_hour
+                                  AND (v_minute - v_start_minute) * v_direction < 0;
+                    v_at := fenceq._cron_instant(v_day + make_time(v_hour, v_minute, 0), v_zone);
+                    IF (CASE WHEN _cron_step.forward THEN v_at > _cron_step.instant
+                             ELSE v_at <= _cron_step.instant END) THEN
+                        RETURN v_at;
+                    END IF;
+                END LOOP;
+            END LOOP;
+        END IF;
+        v_day := v_day + v_direction;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) IS 'Private. A schedule''s first occurrence after an instant (forward) or last at or before it; NULL when none lies within 28 years.';
+
+CREATE FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+DECLARE
+    v_value integer;
+BEGIN
+    IF _cron_value.token ~ '^[0-9]+$' THEN
+        v_value := _cron_value.token::integer;
+    ELSE
+        -- COLLATE "C": ASCII case mapping only, whatever the database's locale.
+        v_value := _cron_value.low + array_position(_cron_value.names, upper(_cron_value.token COLLATE "C")) - 1;
+        IF v_value IS NULL THEN
+            PERFORM fenceq._raise('QF100', format('cron expression does not parse (%s field)', _cron_value.what));
+        END IF;
+    END IF;
+    IF v_value NOT BETWEEN _cron_value.low AND _cron_value.high THEN
+        PERFORM fenceq._raise('QF100', format('cron expression is out of range (%s field)', _cron_value.what));
+    END IF;
+    RETURN v_value;
+END
+$_$;
+
+ALTER FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) IS 'Private. A cron field''s number or name as its value within the field''s range; QF100 otherwise.';
 
 CREATE TABLE fenceq._jobs (
     seq bigint NOT NULL,
@@ -1221,6 +1488,27 @@ ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_i
 
 COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private. The body of submit, shared with submit_batch.';
 
+CREATE FUNCTION fenceq._try_lock_identities(keys text[]) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_key text;
+BEGIN
+    FOREACH v_key IN ARRAY _try_lock_identities.keys LOOP
+        CONTINUE WHEN v_key IS NULL;
+        IF NOT pg_try_advisory_xact_lock(hashtextextended(v_key, 0)) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq._try_lock_identities(keys text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._try_lock_identities(keys text[]) IS 'Private. Try the advisory transaction locks of identity keys without waiting; false when one is held elsewhere.';
+
 CREATE FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1929,6 +2217,22 @@ ALTER FUNCTION fenceq.discard_dead_letter(dlq_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.discard_dead_letter(dlq_id text) IS 'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
 
+CREATE FUNCTION fenceq.drop_schedule(schedule text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(drop_schedule.schedule, 'schedule', max_length => 218);
+    DELETE FROM fenceq._schedules AS s WHERE s.schedule = drop_schedule.schedule;
+    RETURN FOUND;
+END
+$$;
+
+ALTER FUNCTION fenceq.drop_schedule(schedule text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.drop_schedule(schedule text) IS 'Delete a schedule (the jobs it submitted stay). True when it existed.';
+
 CREATE FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean DEFAULT true, retry_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2470,6 +2774,92 @@ ALTER FUNCTION fenceq.set_queue_notify(queue text, notify boolean) OWNER TO fenc
 
 COMMENT ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) IS 'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
 
+CREATE FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb DEFAULT NULL::jsonb, time_zone text DEFAULT 'UTC'::text, priority integer DEFAULT NULL::integer, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, paused boolean DEFAULT false) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_new fenceq._schedules;
+    v_old fenceq._schedules;
+    v_cron record;
+BEGIN
+    PERFORM fenceq._check_name(set_schedule.schedule, 'schedule', max_length => 218);
+    PERFORM fenceq._check_name(set_schedule.queue, 'queue');
+    PERFORM fenceq._check_name(set_schedule.task, 'task');
+    PERFORM fenceq._check_name(set_schedule.active_key, 'active_key', nullable => true);
+    IF set_schedule.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    IF set_schedule.paused IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'paused is required');
+    END IF;
+    v_new.payload := CASE WHEN jsonb_typeof(set_schedule.payload) = 'null' THEN NULL ELSE set_schedule.payload END;
+    IF v_new.payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_new.payload, 'payload');
+    END IF;
+    SELECT * INTO v_cron FROM fenceq._cron_parse(set_schedule.cron);
+    -- pg_timezone_names reads every zone file (about 0.1 s): a zone some
+    -- schedule has already is known.
+    IF set_schedule.time_zone IS NULL
+       OR NOT EXISTS (SELECT 1 FROM fenceq._schedules AS s WHERE s.time_zone = set_schedule.time_zone)
+          AND NOT EXISTS (SELECT 1 FROM pg_timezone_names AS z WHERE z.name = set_schedule.time_zone) THEN
+        PERFORM fenceq._raise('QF100', 'time_zone must name a known IANA time zone');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = set_schedule.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    v_new.schedule := set_schedule.schedule;
+    v_new.queue := set_schedule.queue;
+    v_new.task := set_schedule.task;
+    v_new.cron := set_schedule.cron;
+    v_new.time_zone := set_schedule.time_zone;
+    v_new.priority := set_schedule.priority;
+    v_new.max_attempts := set_schedule.max_attempts;
+    v_new.active_key := set_schedule.active_key;
+    v_new.paused := set_schedule.paused;
+    v_new.cron_minutes := v_cron.minutes;
+    v_new.cron_hours := v_cron.hours;
+    v_new.cron_days := v_cron.days;
+    v_new.cron_months := v_cron.months;
+    v_new.cron_weekdays := v_cron.weekdays;
+    v_new.cron_days_and := v_cron.days_and;
+    LOOP
+        IF NOT v_new.paused THEN
+            v_new.next_run_at := fenceq._cron_step(v_new, clock_timestamp(), true);
+        END IF;
+        INSERT INTO fenceq._schedules AS s SELECT v_new.* ON CONFLICT (schedule) DO NOTHING;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        SELECT * INTO v_old FROM fenceq._schedules AS s WHERE s.schedule = set_schedule.schedule FOR UPDATE;
+        EXIT WHEN FOUND;  -- else it was dropped meanwhile: insert again
+    END LOOP;
+    IF (v_old.queue, v_old.task, v_old.cron, v_old.time_zone, fenceq._canonical_json(v_old.payload),
+        v_old.priority, v_old.max_attempts, v_old.active_key, v_old.paused)
+       IS NOT DISTINCT FROM
+       (v_new.queue, v_new.task, v_new.cron, v_new.time_zone, fenceq._canonical_json(v_new.payload),
+        v_new.priority, v_new.max_attempts, v_new.active_key, v_new.paused) THEN
+        RETURN false;
+    END IF;
+    v_new.next_run_at := CASE WHEN v_new.paused THEN NULL ELSE fenceq._cron_step(v_new, clock_timestamp(), true) END;
+    UPDATE fenceq._schedules AS s
+       SET queue = v_new.queue, task = v_new.task, cron = v_new.cron, time_zone = v_new.time_zone,
+           payload = v_new.payload, priority = v_new.priority, max_attempts = v_new.max_attempts,
+           active_key = v_new.active_key, paused = v_new.paused, cron_minutes = v_new.cron_minutes,
+           cron_hours = v_new.cron_hours, cron_days = v_new.cron_days, cron_months = v_new.cron_months,
+           cron_weekdays = v_new.cron_weekdays, cron_days_and = v_new.cron_days_and,
+           next_run_at = v_new.next_run_at
+     WHERE s.schedule = set_schedule.schedule;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) IS 'Create a schedule or replace its definition (the next occurrence is recomputed from now). True when anything changed, false when identical. QF101 unknown queue; QF100 a cron expression that does not parse or can never fire, or an unknown time zone.';
+
 CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false, concurrency_key text DEFAULT NULL::text, depends_on text[] DEFAULT NULL::text[]) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2762,6 +3152,68 @@ ALTER FUNCTION fenceq.submit_batch(queue text, requests jsonb) OWNER TO fenceq_o
 
 COMMENT ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) IS 'Submit a JSON array of requests (keys: submit''s parameters but queue) all or nothing; returns job ids in input order. Errors carry the element index in DETAIL.';
 
+CREATE FUNCTION fenceq.tick(max_rows integer DEFAULT 100) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_schedule fenceq._schedules;
+    v_cutoff timestamptz;
+    v_now timestamptz;
+    v_occurrence timestamptz;
+    v_submission_id text;
+    v_job_id text;
+    v_submitted integer := 0;
+BEGIN
+    IF tick.max_rows IS NULL OR tick.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp();
+    FOR v_schedule IN
+        SELECT s.* FROM fenceq._schedules AS s
+         WHERE s.next_run_at <= v_cutoff
+         ORDER BY s.next_run_at
+         LIMIT tick.max_rows
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        v_job_id := NULL;
+        -- The latest occurrence due; none when the last one due lies before
+        -- next_run_at (the zone's rules changed since it was computed).
+        v_occurrence := fenceq._cron_step(v_schedule, v_now, false);
+        IF v_occurrence >= v_schedule.next_run_at THEN
+            v_submission_id := 'fenceq:schedule:' || v_schedule.schedule || ':'
+                || to_char(v_occurrence AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+            CONTINUE WHEN NOT fenceq._try_lock_identities(fenceq._identity_keys(
+                v_schedule.queue, v_schedule.active_key, NULL, v_submission_id));
+            SELECT s.job_id INTO v_job_id FROM fenceq._submissions AS s WHERE s.submission_id = v_submission_id;
+            IF NOT FOUND AND (v_schedule.active_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM fenceq._jobs AS j
+                 WHERE j.queue = v_schedule.queue AND j.active_key = v_schedule.active_key
+                   AND j.status IN ('pending', 'claimed'))) THEN
+                v_job_id := fenceq.submit(queue => v_schedule.queue, task => v_schedule.task,
+                    payload => v_schedule.payload, submission_id => v_submission_id,
+                    priority => v_schedule.priority, run_at => v_occurrence,
+                    max_attempts => v_schedule.max_attempts, active_key => v_schedule.active_key);
+                v_submitted := v_submitted + 1;
+            END IF;
+        END IF;
+        UPDATE fenceq._schedules AS s
+           SET next_run_at = fenceq._cron_step(v_schedule, v_now, true),
+               last_run_at = CASE WHEN v_job_id IS NULL THEN s.last_run_at ELSE v_occurrence END,
+               last_job_id = coalesce(v_job_id, s.last_job_id)
+         WHERE s.schedule = v_schedule.schedule;
+    END LOOP;
+    RETURN v_submitted;
+END
+$$;
+
+ALTER FUNCTION fenceq.tick(max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.tick(max_rows integer) IS 'Submit one job for the latest due occurrence of each due schedule (at most max_rows schedules; missed occurrences are skipped, a busy active key skips the occurrence), then move each to its first occurrence after now. Returns the jobs submitted. Concurrent ticks never wait on each other or make two jobs for one occurrence.';
+
 CREATE FUNCTION fenceq.verify_schema() RETURNS TABLE(check_name text, ok boolean, detail text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2821,7 +3273,18 @@ BEGIN
         ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
         ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
         ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
-        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false))
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false),
+        ('_schedules', 'schedule', 'text', true), ('_schedules', 'queue', 'text', true),
+        ('_schedules', 'task', 'text', true), ('_schedules', 'cron', 'text', true),
+        ('_schedules', 'time_zone', 'text', true), ('_schedules', 'payload', 'jsonb', false),
+        ('_schedules', 'priority', 'integer', false), ('_schedules', 'max_attempts', 'integer', false),
+        ('_schedules', 'active_key', 'text', false), ('_schedules', 'paused', 'boolean', true),
+        ('_schedules', 'cron_minutes', 'integer[]', true), ('_schedules', 'cron_hours', 'integer[]', true),
+        ('_schedules', 'cron_days', 'integer[]', true), ('_schedules', 'cron_months', 'integer[]', true),
+        ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
+        ('_schedules', 'next_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_job_id', 'text', false))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -2903,7 +3366,10 @@ BEGIN
                               'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
                                'failed_at', 'replayed_at', 'discarded_at']),
-        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']))
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
+        ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
+                            'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
+                            'last_job_id']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -3232,6 +3698,26 @@ ALTER TABLE fenceq.queue_stats OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, the paused and notify flags, and the limits with their usage (busiest key''s claimed count, claims in the current rate window).';
 
+CREATE VIEW fenceq.schedules AS
+ SELECT s.schedule,
+    s.queue,
+    s.task,
+    s.cron,
+    s.time_zone,
+    s.payload,
+    s.priority,
+    s.max_attempts,
+    s.active_key,
+    s.paused,
+    s.next_run_at,
+    s.last_run_at,
+    s.last_job_id
+   FROM fenceq._schedules s;
+
+ALTER TABLE fenceq.schedules OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.schedules IS 'Every schedule: its definition, the next occurrence tick submits (NULL while paused) and the last occurrence submitted with its job.';
+
 CREATE VIEW fenceq.submissions AS
  SELECT s.submission_id,
     s.job_id,
@@ -3300,6 +3786,9 @@ ALTER TABLE ONLY fenceq._locks
 ALTER TABLE ONLY fenceq._queues
     ADD CONSTRAINT _queues_pkey PRIMARY KEY (queue);
 
+ALTER TABLE ONLY fenceq._schedules
+    ADD CONSTRAINT _schedules_pkey PRIMARY KEY (schedule);
+
 ALTER TABLE ONLY fenceq._submissions
     ADD CONSTRAINT _submissions_pkey PRIMARY KEY (submission_id);
 
@@ -3332,6 +3821,8 @@ CREATE INDEX _jobs_expires_idx ON fenceq._jobs USING btree (expires_at) WHERE ((
 CREATE INDEX _jobs_finished_idx ON fenceq._jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 
 CREATE INDEX _rate_window_queue_idx ON fenceq._rate_window USING btree (queue, claimed_at);
+
+CREATE INDEX _schedules_due_idx ON fenceq._schedules USING btree (next_run_at) WHERE (next_run_at IS NOT NULL);
 
 CREATE INDEX _submissions_job_idx ON fenceq._submissions USING btree (job_id);
 
@@ -3366,6 +3857,16 @@ REVOKE ALL ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts
 REVOKE ALL ON FUNCTION fenceq._check_time(value timestamp with time zone, what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
 
@@ -3421,6 +3922,8 @@ REVOKE ALL ON FUNCTION fenceq._settle_dependents(job_ids text[], completed boole
 
 REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._try_lock_identities(keys text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_admin;
@@ -3468,6 +3971,9 @@ GRANT ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attemp
 
 REVOKE ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.drop_schedule(schedule text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.drop_schedule(schedule text) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_worker;
@@ -3531,6 +4037,9 @@ GRANT ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, m
 REVOKE ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_producer;
 GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_worker;
@@ -3540,6 +4049,10 @@ REVOKE ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) FROM PUBL
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_producer;
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.tick(max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.tick(max_rows integer) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.tick(max_rows integer) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.verify_schema() FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.verify_schema() TO fenceq_admin;
@@ -3566,6 +4079,9 @@ GRANT SELECT ON TABLE fenceq.locks TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.schedules TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.schedules TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.submissions TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.submissions TO fenceq_admin;

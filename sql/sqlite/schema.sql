@@ -259,5 +259,43 @@ SELECT l.lock, l.owner_id, l.token,
        || printf('.%06dZ', (l.expires_at % 1000000 + 1000000) % 1000000) AS expires_at
   FROM fenceq__locks AS l;
 
+-- Periodic schedules (docs/guarantees.md §14): the job each submits, its
+-- cron expression as written (the client evaluates it: SQLite has no time
+-- zones), the next occurrence tick submits (NULL while paused or when none
+-- is left before year 10000), and revision, raised by every change of the
+-- definition, which tick's caller reads and tick.sql compares.
+CREATE TABLE IF NOT EXISTS fenceq__schedules (
+    schedule     TEXT NOT NULL PRIMARY KEY,
+    queue        TEXT NOT NULL,
+    task         TEXT NOT NULL,
+    cron         TEXT NOT NULL,
+    time_zone    TEXT NOT NULL,
+    payload      TEXT,
+    priority     INTEGER,
+    max_attempts INTEGER,
+    active_key   TEXT,
+    paused       INTEGER NOT NULL,
+    next_run_at  INTEGER,
+    last_run_at  INTEGER,
+    last_job_id  TEXT,
+    revision     INTEGER NOT NULL
+) STRICT;
+-- tick reads the due schedules, the longest due first.
+CREATE INDEX IF NOT EXISTS fenceq__schedules_due_idx
+    ON fenceq__schedules (next_run_at)
+    WHERE next_run_at IS NOT NULL;
+
+CREATE VIEW IF NOT EXISTS fenceq_schedules AS
+SELECT s.schedule, s.queue, s.task, s.cron, s.time_zone, s.payload, s.priority, s.max_attempts,
+       s.active_key, s.paused,
+       strftime('%Y-%m-%dT%H:%M:%S', s.next_run_at / 1000000 - (s.next_run_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (s.next_run_at % 1000000 + 1000000) % 1000000) AS next_run_at,
+       strftime('%Y-%m-%dT%H:%M:%S', s.last_run_at / 1000000 - (s.last_run_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (s.last_run_at % 1000000 + 1000000) % 1000000) AS last_run_at,
+       s.last_job_id
+  FROM fenceq__schedules AS s;
+
 -- The schema version, read by version.sql.
 PRAGMA user_version = 3;

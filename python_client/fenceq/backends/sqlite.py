@@ -34,6 +34,7 @@ from ..ops import Op, SubmitRequest
 from ..types import DeadLetter, Job, SchemaCheck
 from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import Kind, answer
+from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
 SCHEMA_VERSION = 3
 # How long a call waits for another connection's write transaction before
@@ -54,6 +55,8 @@ _VIEWS = {
                     " WHERE (:queue IS NULL OR queue = :queue)"
                     " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT :limit",
+    "schedules": "SELECT schedule, queue, task, cron, time_zone, payload, priority, max_attempts, active_key,"
+                 " paused, next_run_at, last_run_at, last_job_id FROM fenceq_schedules ORDER BY schedule",
 }
 
 # The reads of protocol.py, each driven by an index. Differs from PostgreSQL
@@ -356,14 +359,11 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
         bound.update(params)
         run = connection.execute
         run("BEGIN IMMEDIATE" if op.writes else "BEGIN")
-        for sql in (plan.statements if prepared is not None else plan.setup + plan.statements):
-            cursor = run(sql, bound)
-        rows = cursor.fetchall()
-        if rows and rows[0][0] is not None:
-            _rollback(connection)
-            sqlstate, message, detail = rows[0][:3]
-            cause = StatementFailed(sqlstate, message, detail)
-            raise translate(sqlstate, message, detail) from cause
+        if op.name in COMPUTED_IN_TRANSACTION:
+            bound.update(COMPUTED_IN_TRANSACTION[op.name](
+                bound, lambda name: _answer(connection, _plan(name).statements, bound)))
+        rows = _answer(connection, plan.statements if prepared is not None else plan.setup + plan.statements,
+                       bound)
         run("COMMIT")
     except sqlite3.Error as exc:
         _rollback(connection)
@@ -371,8 +371,19 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
     except BaseException:
         _rollback(connection)
         raise
-    if not rows:
-        return []
+    return rows
+
+
+def _answer(connection: sqlite3.Connection, statements: Sequence[str],
+            bound: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run statements in the open transaction: the last one's rows without
+    the status columns, or raise its error row."""
+    for sql in statements:
+        cursor = connection.execute(sql, bound)
+    rows = cursor.fetchall()
+    if rows and rows[0][0] is not None:
+        sqlstate, message, detail = rows[0][:3]
+        raise translate(sqlstate, message, detail) from StatementFailed(sqlstate, message, detail)
     columns = [d[0] for d in cursor.description][3:]
     return [dict(zip(columns, row[3:])) for row in rows]
 
@@ -485,7 +496,8 @@ def write_lock_held(url: str) -> bool:
 # verify_schema ------------------------------------------------------------------
 
 TABLES = ("fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
-          "fenceq__checkpoints", "fenceq__dead_letters")
+          "fenceq__checkpoints", "fenceq__dead_letters",
+          "fenceq__schedules")
 
 # Every column this version reads or writes: (declared type, NOT NULL).
 EXPECTED_COLUMNS = {
@@ -522,6 +534,12 @@ EXPECTED_COLUMNS = {
         "task": ("TEXT", True), "error": ("TEXT", False), "attempts": ("INTEGER", True),
         "failed_at": ("INTEGER", True), "replayed_at": ("INTEGER", False),
         "discarded_at": ("INTEGER", False)},
+    "fenceq__schedules": {
+        "schedule": ("TEXT", True), "queue": ("TEXT", True), "task": ("TEXT", True), "cron": ("TEXT", True),
+        "time_zone": ("TEXT", True), "payload": ("TEXT", False), "priority": ("INTEGER", False),
+        "max_attempts": ("INTEGER", False), "active_key": ("TEXT", False), "paused": ("INTEGER", True),
+        "next_run_at": ("INTEGER", False), "last_run_at": ("INTEGER", False), "last_job_id": ("TEXT", False),
+        "revision": ("INTEGER", True)},
 }
 
 # Named locks (docs/guarantees.md §15).
