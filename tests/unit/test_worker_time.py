@@ -33,14 +33,22 @@ async def test_the_idle_wait_ends_when_the_next_job_falls_due(fake: FakeBackend,
     assert len(fake.called("next_due")) == asked, "a short wait is not worth asking"
 
 
-async def test_a_delayed_job_starts_when_it_falls_due_not_at_the_next_poll(fake: FakeBackend, clock: ManualClock):
-    app = App(queues=["q"])
-    started: list[float] = []
+def recording_starts(clock: ManualClock, fail_first: bool = False) -> tuple[App, list[float]]:
+    """An app whose task "mark" records when each attempt starts (and fails
+    its first attempt with ``fail_first``)."""
+    app, started = App(queues=["q"]), []
 
     @app.task("mark")
     async def mark(ctx):
         started.append(clock.now)
+        if fail_first and ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
 
+    return app, started
+
+
+async def test_a_delayed_job_starts_when_it_falls_due_not_at_the_next_poll(fake: FakeBackend, clock: ManualClock):
+    app, started = recording_starts(clock)
     runtime = Runtime(app, settings_of(poll_interval=HOUR), open_backend=opener(fake), clock=clock)
     task = asyncio.create_task(runtime.run())
     fake.submit("mark", run_at=fake.now() + timedelta(seconds=3))
@@ -51,17 +59,9 @@ async def test_a_delayed_job_starts_when_it_falls_due_not_at_the_next_poll(fake:
 
 
 async def test_a_retry_starts_when_its_backoff_ends(fake: FakeBackend, clock: ManualClock):
-    app = App(queues=["q"])
-    started: list[float] = []
-
-    @app.task("flaky")
-    async def flaky(ctx):
-        started.append(clock.now)
-        if ctx.attempt == 1:
-            raise RuntimeError("first attempt fails")
-
+    app, started = recording_starts(clock, fail_first=True)
     fake.retry_backoff = timedelta(seconds=2)
-    job_id = fake.submit("flaky")
+    job_id = fake.submit("mark")
     runtime = Runtime(app, settings_of(poll_interval=HOUR), open_backend=opener(fake), clock=clock)
     task = asyncio.create_task(runtime.run())
     await until(lambda: fake.rows[job_id].status == "completed", clock, step=STEP)
