@@ -1,4 +1,4 @@
--- fenceq for PostgreSQL, part 5b: time (docs/guarantees.md §13): when the
+-- fenceq for PostgreSQL, part 5: time (docs/guarantees.md §13): when the
 -- next job falls due, budget extension, bulk cancel.
 
 -- next_due: the earliest run_at of a pending, unexpired job in the named,
@@ -11,12 +11,13 @@
 --
 -- The claim index orders each queue by priority first, so the earliest
 -- run_at is not its first entry: it is the first entry of each priority's
--- stretch of it. The levels are walked from the highest down, one index
--- probe each (a loose index scan), and after 32 levels the rest of the
--- queue is read in one range scan, so that many distinct priorities cost at
--- most what a scan of the queue's pending jobs costs (an empty claim on
--- such a queue reads as much). No index is added for this: an index on
--- (queue, run_at) would cost every submission and every retry a write.
+-- stretch of it. Per queue, the levels are walked from the highest down,
+-- one index probe each (a loose index scan), and below the 32nd level the
+-- rest of the queue is read in one range scan: many distinct priorities
+-- cost at most a scan of the queue's pending jobs (an empty claim on such a
+-- queue reads all their index entries too). No index is added for this: an
+-- index on (queue, run_at) would cost every submission and every retry a
+-- write (docs/guarantees.md §13 has the figures).
 CREATE OR REPLACE FUNCTION fenceq.next_due(queues text[])
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -29,7 +30,10 @@ AS $$
 DECLARE
     v_active text[];
     v_known integer;
+    v_queue text;
     v_now timestamptz;
+    v_queue_due timestamptz;
+    v_floor integer;
     v_due timestamptz;
 BEGIN
     PERFORM fenceq._check_names(next_due.queues, 'queues');
@@ -40,29 +44,37 @@ BEGIN
         PERFORM fenceq._raise('QF101', 'unknown queue');
     END IF;
     v_now := clock_timestamp();
-    WITH RECURSIVE levels(queue, priority, depth) AS (
-        SELECT a.name, (SELECT j.priority FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending'
-                         ORDER BY j.priority DESC LIMIT 1), 1
-          FROM unnest(v_active) AS a(name)
-        UNION ALL
-        SELECT l.queue, (SELECT j.priority FROM fenceq._jobs AS j
-                          WHERE j.queue = l.queue AND j.status = 'pending' AND j.priority < l.priority
-                          ORDER BY j.priority DESC LIMIT 1), l.depth + 1
+    FOREACH v_queue IN ARRAY coalesce(v_active, '{}') LOOP
+        -- The priority levels from the highest down, one probe each, and
+        -- the earliest due job of each level.
+        WITH RECURSIVE levels(priority, depth) AS (
+            (SELECT j.priority, 1 FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue AND j.status = 'pending'
+              ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < l.priority
+                     ORDER BY j.priority DESC LIMIT 1), l.depth + 1
+              FROM levels AS l
+             WHERE l.priority IS NOT NULL AND l.depth < 32)
+        SELECT min(d.run_at), min(l.priority) FILTER (WHERE l.depth = 32)
+          INTO v_queue_due, v_floor
           FROM levels AS l
-         WHERE l.priority IS NOT NULL AND l.depth < 32)
-    SELECT min(d.run_at) INTO v_due
-      FROM levels AS l
-     CROSS JOIN LATERAL (
-        (SELECT j.run_at FROM fenceq._jobs AS j
-          WHERE j.queue = l.queue AND j.status = 'pending' AND j.priority = l.priority
-            AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
-          ORDER BY j.run_at LIMIT 1)
-        UNION ALL
-        SELECT min(j.run_at) FROM fenceq._jobs AS j  -- below the 32nd level, in one range scan
-         WHERE l.depth = 32 AND j.queue = l.queue AND j.status = 'pending' AND j.priority < l.priority
-           AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)) AS d
-     WHERE l.priority IS NOT NULL;
+          LEFT JOIN LATERAL (
+            SELECT j.run_at FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority = l.priority
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.run_at LIMIT 1) AS d ON true
+         WHERE l.priority IS NOT NULL;
+        IF v_floor IS NOT NULL THEN
+            -- Levels below the 32nd: the rest of the queue in one range scan.
+            SELECT least(v_queue_due, min(j.run_at)) INTO v_queue_due
+              FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < v_floor
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now);
+        END IF;
+        v_due := least(v_due, v_queue_due);  -- least() skips NULLs
+    END LOOP;
     RETURN v_due;
 END
 $$;

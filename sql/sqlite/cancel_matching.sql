@@ -46,11 +46,14 @@ SELECT sqlstate, message FROM (
                 OR (typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
                     AND instr(replace(:payload_contains, '\\', ''), '\u0000') = 0))
     UNION ALL SELECT 4, 'QF100', 'fenceq: payload_contains must be a JSON object or array'
-     WHERE json_type(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains) THEN :payload_contains END) NOT IN ('object', 'array')
+     WHERE json_type(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                          THEN :payload_contains END) NOT IN ('object', 'array')
     UNION ALL SELECT 5, 'QF103', 'fenceq: payload_contains exceeds 1 MiB in canonical form'
      WHERE NOT (:payload_contains IS NULL OR length(CAST(:payload_contains AS BLOB)) <= 1048576)
     UNION ALL SELECT 6, 'QF100', 'fenceq: on SQLite payload_contains may not hold an object or array inside an array'
-     WHERE EXISTS (SELECT 1 FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains) THEN :payload_contains END) AS b
+     WHERE EXISTS (SELECT 1
+                     FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                                         THEN :payload_contains END) AS b
                     WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
     UNION ALL SELECT 7, 'QF100', 'fenceq: include_claimed and force must be booleans'
      WHERE NOT ((:include_claimed IS NULL
@@ -83,7 +86,8 @@ SELECT m.seq, CASE WHEN m.status = 'pending' OR (m.status = 'claimed' AND coales
             AND (coalesce(:force, 0) OR NOT m.cancel_requested)))
    AND (:task IS NULL OR m.task = :task)
    AND (:payload_contains IS NULL OR NOT EXISTS (
-        SELECT 1 FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains) THEN :payload_contains END) AS b
+        SELECT 1 FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                                     THEN :payload_contains END) AS b
          WHERE NOT EXISTS (
                SELECT 1 FROM json_tree(m.payload) AS a
                 WHERE CASE WHEN typeof(b.key) = 'integer' THEN typeof(a.key) = 'integer' AND a.path = b.path

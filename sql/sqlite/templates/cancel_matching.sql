@@ -41,7 +41,8 @@ SELECT sqlstate, message FROM (
     UNION ALL SELECT 5, 'QF103', 'fenceq: payload_contains exceeds 1 MiB in canonical form'
      WHERE NOT {{optional_within_1_mib(:payload_contains)}}
     UNION ALL SELECT 6, 'QF100', 'fenceq: on SQLite payload_contains may not hold an object or array inside an array'
-     WHERE EXISTS (SELECT 1 FROM json_tree({{valid_json(:payload_contains)}}) AS b
+     WHERE EXISTS (SELECT 1
+                     FROM json_tree({{valid_json(:payload_contains)}}) AS b
                     WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
     UNION ALL SELECT 7, 'QF100', 'fenceq: include_claimed and force must be booleans'
      WHERE NOT ({{optional_integer(:include_claimed, IN (0, 1))}}

@@ -37,7 +37,8 @@ strftime('%Y-%m-%dT%H:%M:%S', $micros / 1000000 - ($micros % 1000000 < 0),
 -- macro: valid_json(value)
 -- The value when it is valid JSON text, else NULL (json_type and json_tree
 -- raise an error on malformed JSON; on NULL they answer nothing).
-CASE WHEN typeof($value) = 'text' AND json_valid($value) THEN $value END
+CASE WHEN typeof($value) = 'text' AND json_valid($value)
+     THEN $value END
 
 -- macro: as_json_array(value)
 -- The value when it is JSON text holding an array, else NULL.
