@@ -10,6 +10,7 @@ import asyncio
 from datetime import timedelta
 
 from fake_backend import FakeBackend
+from fenceq.errors import ConfigError
 from fenceq.worker import App
 from fenceq.worker.claimer import NEXT_DUE_FROM, Claimer
 from fenceq.worker.runtime import Runtime
@@ -31,6 +32,18 @@ async def test_the_idle_wait_ends_when_the_next_job_falls_due(fake: FakeBackend,
     asked = len(fake.called("next_due"))
     assert await claimer.idle_wait(NEXT_DUE_FROM) == NEXT_DUE_FROM
     assert len(fake.called("next_due")) == asked, "a short wait is not worth asking"
+
+
+async def test_a_database_without_next_due_is_polled_as_before(fake: FakeBackend, clock: ManualClock):
+    def refuse(queues):
+        raise ConfigError("fenceq: no function matches", reason="undefined_function", sqlstate="42883")
+
+    fake.next_due = refuse
+    state, pool, _ = await units(fake, clock, poll_interval=HOUR)
+    claimer = Claimer(state, pool, lambda claim, sent: None)
+    fake.submit("t", run_at=fake.now() + timedelta(seconds=2))
+    assert [await claimer.idle_wait(HOUR) for _ in range(3)] == [HOUR] * 3
+    assert len(fake.called("next_due")) == 1, "asked once, then no more"
 
 
 def recording_starts(clock: ManualClock, fail_first: bool = False) -> tuple[App, list[float]]:

@@ -1,9 +1,9 @@
 """The claim loop: fill free slots with ``claim_next`` (one) or
 ``claim_batch`` (several), backing off from 10 ms to ``poll_interval`` while
-the queues are empty, but never sleeping past the moment ``next_due`` says
-the next pending job falls due. Fresh nonces are generated and kept before every
-claim call; when its outcome is unknown, each nonce is asked about with
-``recover_claim``: an uncertain claim is never made anew, a nonce never
+the queues are empty, but never waiting past the moment ``next_due`` says
+the next pending job falls due. Fresh nonces are generated and kept before
+every claim call; when its outcome is unknown, each nonce is asked about
+with ``recover_claim``: an uncertain claim is never made anew, a nonce never
 reused."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Claimer:
         self._state = state
         self._pool = pool
         self._start = start
+        self._ask_next_due = True
 
     async def run(self) -> None:
         """Until a stop is requested; raises ConfigError when the database
@@ -68,13 +69,20 @@ class Claimer:
         (``next_due``), so that a retry or a delayed job starts on time
         rather than at the next poll. A job due already but not claimable
         (another worker is taking it) leaves the backoff as it is."""
-        if backoff <= NEXT_DUE_FROM:
+        if backoff <= NEXT_DUE_FROM or not self._ask_next_due:
             return backoff
         state = self._state
         try:
             async with self._pool.client() as client:
                 due = await client.next_due(state.settings.queues)
         except PersistenceFailed:
+            return backoff
+        except ConfigError as error:
+            # A database not migrated to version 3 yet, or a role without
+            # the grant: poll as before, and say so once.
+            state.events.emit("next_due_refused", f"next_due refused: {error}; polling without it",
+                              level=logging.WARNING, reason=error.reason)
+            self._ask_next_due = False
             return backoff
         if due is None:
             return backoff
