@@ -4,8 +4,8 @@
 -- next_due: the earliest run_at of a pending, unexpired job in the named,
 -- unpaused queues; in the past when something is due now, NULL when there
 -- is none (a run_at of 'infinity', a job that waits for something else,
--- never counts). A worker sleeps until the earlier of its poll interval and
--- this, so a retry or a delayed job starts on time without a notification.
+-- never counts). An idle worker waits no later than this, so a retry or a
+-- delayed job starts on time without a notification.
 -- QF100 for an empty array, QF102 for a malformed name, QF101 for an
 -- undeclared queue. Read-only, no locks.
 --
