@@ -147,6 +147,17 @@ class _Operations:
     def check_lock(self, lock: str, token: int) -> bool:
         return self._call(ops.check_lock(lock, token))
 
+    # Time (docs/guarantees.md §13)
+    def next_due(self, queues: Sequence[str]) -> datetime | None:
+        return self._call(ops.next_due(queues))
+
+    def extend(self, fence: Fence, budget: timedelta) -> bool:
+        return self._call(ops.extend(fence, budget))
+
+    def cancel_matching(self, queue: str, *, task: str | None = None, payload_contains: Any = None,
+                        include_claimed: bool = False, force: bool = False, max_rows: int = 10_000) -> int:
+        return self._call(ops.cancel_matching(queue, task, payload_contains, include_claimed, force, max_rows))
+
     # Operators
     def cancel(self, job_id: str, *, force: bool = False) -> str | None:
         return self._call(ops.cancel(job_id, force))

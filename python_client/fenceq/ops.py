@@ -363,6 +363,43 @@ def check_lock(lock, token) -> Op:
     return Op("check_lock", _args(_lock_name(lock), _lock_token(token)), Shape.SCALAR, bool, writes=False)
 
 
+# Time (docs/guarantees.md §13) ----------------------------------------------
+
+def next_due(queues) -> Op:
+    return Op("next_due", _args(("queues", "text[]", v.names(queues, "queues"))), Shape.SCALAR, datetime,
+              writes=False)
+
+
+def extend(fence, budget) -> Op:
+    return Op("extend", _args(*_fence_args(fence),
+                              ("budget", "interval", v.duration(budget, "budget", nullable=False))),
+              Shape.SCALAR, bool)
+
+
+MAX_CANCEL_ROWS = 100_000
+
+
+def cancel_matching(queue, task=None, payload_contains=None, include_claimed=False, force=False,
+                    max_rows=10_000) -> Op:
+    queue, task = v.name(queue, "queue"), v.name(task, "task", nullable=True)
+    if payload_contains is not None and not isinstance(payload_contains, (dict, list, tuple)):
+        raise config_error("QF100", "payload_contains must be a JSON object or array")
+    contained = None if payload_contains is None else v.json_value(payload_contains, "payload_contains")
+    include_claimed, force = v.boolean(include_claimed, "include_claimed"), v.boolean(force, "force")
+    if force and not include_claimed:
+        raise config_error("QF100", "force applies to claimed jobs: it needs include_claimed")
+    return Op("cancel_matching", _args(
+        ("queue", "text", queue),
+        ("task", "text", task),
+        ("payload_contains", "jsonb", contained),
+        ("include_claimed", "boolean", include_claimed),
+        ("force", "boolean", force),
+        ("max_rows", "integer", v.integer(max_rows, "max_rows", nullable=False, minimum=1,
+                                          maximum=MAX_CANCEL_ROWS)),
+        optional=("task", "payload_contains"),
+    ), Shape.SCALAR, int)
+
+
 # Operators ------------------------------------------------------------------
 
 def cancel(job_id, force=False) -> Op:

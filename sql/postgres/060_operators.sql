@@ -1,5 +1,36 @@
 -- fenceq for PostgreSQL, part 6: operators (cancel, views, purge, dead letters).
 
+-- _cancel_locked: cancel a job whose row the caller holds locked, as cancel
+-- does: pending (or claimed, with force) -> 'cancelled', which kills any
+-- fence; claimed -> cancel requested (the worker acknowledges). Returns the
+-- new state, 'cancelled' or 'cancel_requested', or NULL for a terminal job,
+-- which is left as it is. A cancelled job's dependents are cancelled with it
+-- (§16). It notifies nobody: each caller says whom to tell.
+CREATE OR REPLACE FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
+        RETURN 'cancelled';
+    END IF;
+    IF (_cancel_locked.job).status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        RETURN 'cancel_requested';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cancel_locked(fenceq._jobs, boolean) IS
+    'Private. Cancel a locked job as cancel does (pending or forced -> cancelled, claimed -> cancel_requested); NULL for a terminal job, left unchanged.';
+
 -- cancel: cancel a job. Pending -> 'cancelled'. Claimed -> 'cancel_requested'
 -- (the worker acknowledges), or 'cancelled' at once with force, which kills
 -- the fence. A terminal job answers with its unchanged status; an unknown job
@@ -25,15 +56,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
-        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
-         WHERE j.job_id = cancel.job_id;
-        PERFORM fenceq._settle_dependents(ARRAY[cancel.job_id], false);
-        v_answer := 'cancelled';
-    ELSIF v_job.status = 'claimed' THEN
-        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
-        v_answer := 'cancel_requested';
-    ELSE
+    v_answer := fenceq._cancel_locked(v_job, cancel.force);
+    IF v_answer IS NULL THEN
         RETURN v_job.status;
     END IF;
     PERFORM pg_notify('fenceq_control', cancel.job_id);

@@ -69,7 +69,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 -- installed. An existing role of these names that can log in is refused.
 --   fenceq_producer: submit, submit_batch, get_job, version
 --   fenceq_worker:   the producer's rights, every fenced worker function,
---                    reap, tick, and the views
+--                    reap, tick, next_due, and the views
 --                    (and the named locks, docs/guarantees.md §15)
 --   fenceq_admin:    everything (queue settings, cancel, purge, dead
 --                    letters, verify_schema) and the views
@@ -86,7 +86,7 @@ DECLARE
             'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
             'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
             'acknowledge_cancel', 'reap',
-            'tick', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock'));
+            'tick', 'next_due', 'extend', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock'));
 BEGIN
     SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
     FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP

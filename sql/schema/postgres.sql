@@ -64,6 +64,72 @@ ALTER FUNCTION fenceq._backoff(attempt integer, base interval, factor double pre
 
 COMMENT ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) IS 'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
 
+SET default_table_access_method = heap;
+
+CREATE TABLE fenceq._jobs (
+    seq bigint NOT NULL,
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    queue text NOT NULL COLLATE pg_catalog."C",
+    task text NOT NULL COLLATE pg_catalog."C",
+    payload jsonb,
+    priority integer NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL COLLATE pg_catalog."C",
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    owner_id text COLLATE pg_catalog."C",
+    generation bigint DEFAULT 0 NOT NULL,
+    claim_token text COLLATE pg_catalog."C",
+    lease interval,
+    lease_expires_at timestamp with time zone,
+    budget_expires_at timestamp with time zone,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    pid integer,
+    result jsonb,
+    last_error text,
+    submission_id text COLLATE pg_catalog."C",
+    fingerprint text COLLATE pg_catalog."C",
+    active_key text COLLATE pg_catalog."C",
+    dlq_id text COLLATE pg_catalog."C",
+    created_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    concurrency_key text COLLATE pg_catalog."C",
+    blocked_by integer,
+    blocked_run_at timestamp with time zone,
+    CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
+    CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
+    CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
+)
+WITH (fillfactor='80');
+
+ALTER TABLE fenceq._jobs OWNER TO fenceq_owner;
+
+CREATE FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
+        RETURN 'cancelled';
+    END IF;
+    IF (_cancel_locked.job).status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        RETURN 'cancel_requested';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) IS 'Private. Cancel a locked job as cancel does (pending or forced -> cancelled, claimed -> cancel_requested); NULL for a terminal job, left unchanged.';
+
 CREATE FUNCTION fenceq._canonical_json(value jsonb) RETURNS text
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -530,8 +596,6 @@ ALTER FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours in
 
 COMMENT ON FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) IS 'Private. A cron expression as the allowed values of its fields and whether day of month and day of week must both match; QF100 when it does not parse or can never fire.';
 
-SET default_table_access_method = heap;
-
 CREATE TABLE fenceq._schedules (
     schedule text NOT NULL COLLATE pg_catalog."C",
     queue text NOT NULL COLLATE pg_catalog."C",
@@ -665,45 +729,6 @@ $_$;
 ALTER FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) IS 'Private. A cron field''s number or name as its value within the field''s range; QF100 otherwise.';
-
-CREATE TABLE fenceq._jobs (
-    seq bigint NOT NULL,
-    job_id text NOT NULL COLLATE pg_catalog."C",
-    queue text NOT NULL COLLATE pg_catalog."C",
-    task text NOT NULL COLLATE pg_catalog."C",
-    payload jsonb,
-    priority integer NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL COLLATE pg_catalog."C",
-    attempts integer DEFAULT 0 NOT NULL,
-    max_attempts integer NOT NULL,
-    run_at timestamp with time zone NOT NULL,
-    expires_at timestamp with time zone,
-    owner_id text COLLATE pg_catalog."C",
-    generation bigint DEFAULT 0 NOT NULL,
-    claim_token text COLLATE pg_catalog."C",
-    lease interval,
-    lease_expires_at timestamp with time zone,
-    budget_expires_at timestamp with time zone,
-    cancel_requested boolean DEFAULT false NOT NULL,
-    pid integer,
-    result jsonb,
-    last_error text,
-    submission_id text COLLATE pg_catalog."C",
-    fingerprint text COLLATE pg_catalog."C",
-    active_key text COLLATE pg_catalog."C",
-    dlq_id text COLLATE pg_catalog."C",
-    created_at timestamp with time zone NOT NULL,
-    finished_at timestamp with time zone,
-    concurrency_key text COLLATE pg_catalog."C",
-    blocked_by integer,
-    blocked_run_at timestamp with time zone,
-    CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
-    CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
-    CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
-)
-WITH (fillfactor='80');
-
-ALTER TABLE fenceq._jobs OWNER TO fenceq_owner;
 
 CREATE FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1631,15 +1656,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
-        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
-         WHERE j.job_id = cancel.job_id;
-        PERFORM fenceq._settle_dependents(ARRAY[cancel.job_id], false);
-        v_answer := 'cancelled';
-    ELSIF v_job.status = 'claimed' THEN
-        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
-        v_answer := 'cancel_requested';
-    ELSE
+    v_answer := fenceq._cancel_locked(v_job, cancel.force);
+    IF v_answer IS NULL THEN
         RETURN v_job.status;
     END IF;
     PERFORM pg_notify('fenceq_control', cancel.job_id);
@@ -1650,6 +1668,67 @@ $$;
 ALTER FUNCTION fenceq.cancel(job_id text, force boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.cancel(job_id text, force boolean) IS 'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+CREATE FUNCTION fenceq.cancel_matching(queue text, task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 10000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_changed integer := 0;
+BEGIN
+    PERFORM fenceq._check_name(cancel_matching.queue, 'queue');
+    PERFORM fenceq._check_name(cancel_matching.task, 'task', nullable => true);
+    IF jsonb_typeof(cancel_matching.payload_contains) NOT IN ('object', 'array') THEN
+        PERFORM fenceq._raise('QF100', 'payload_contains must be a JSON object or array');
+    END IF;
+    PERFORM fenceq._check_json(cancel_matching.payload_contains, 'payload_contains');
+    IF cancel_matching.include_claimed IS NULL OR cancel_matching.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'include_claimed and force are required');
+    END IF;
+    IF cancel_matching.force AND NOT cancel_matching.include_claimed THEN
+        PERFORM fenceq._raise('QF100', 'force applies to claimed jobs: it needs include_claimed');
+    END IF;
+    IF cancel_matching.max_rows IS NULL OR cancel_matching.max_rows NOT BETWEEN 1 AND 100000 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be an integer from 1 to 100000');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = cancel_matching.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.job_id IN (
+                SELECT m.job_id FROM fenceq._jobs AS m
+                 WHERE m.queue = cancel_matching.queue
+                   AND (m.status = 'pending'
+                        OR (cancel_matching.include_claimed AND m.status = 'claimed'
+                            AND (cancel_matching.force OR NOT m.cancel_requested)))
+                   AND (cancel_matching.task IS NULL OR m.task = cancel_matching.task)
+                   AND (cancel_matching.payload_contains IS NULL OR m.payload @> cancel_matching.payload_contains)
+                 ORDER BY m.seq
+                 LIMIT cancel_matching.max_rows)
+           -- Judged again on the row as it is once locked.
+           AND (j.status = 'pending'
+                OR (cancel_matching.include_claimed AND j.status = 'claimed'
+                    AND (cancel_matching.force OR NOT j.cancel_requested)))
+         ORDER BY j.job_id
+           FOR UPDATE OF j
+    LOOP
+        PERFORM fenceq._cancel_locked(v_job, cancel_matching.force);
+        IF v_job.status = 'claimed' THEN
+            PERFORM pg_notify('fenceq_control', v_job.job_id);
+        END IF;
+        v_changed := v_changed + 1;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+
+ALTER FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) IS 'Cancel, as cancel would, up to max_rows pending (with include_claimed, also claimed) jobs of a queue matching task and payload_contains (@>), oldest first; returns how many changed, notifying fenceq_control for each claimed one. Admins only.';
 
 CREATE FUNCTION fenceq.check_lock(lock text, token bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2233,6 +2312,38 @@ ALTER FUNCTION fenceq.drop_schedule(schedule text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.drop_schedule(schedule text) IS 'Delete a schedule (the jobs it submitted stay). True when it existed.';
 
+CREATE FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_budget_expires_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(extend.budget, 'budget', nullable => false);
+    v_job := fenceq._lock_live(extend.job_id, extend.owner_id, extend.generation, extend.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    -- greatest() skips a NULL: a claim without a budget gets now + budget.
+    v_budget_expires_at := greatest(v_job.budget_expires_at, v_now + extend.budget);
+    UPDATE fenceq._jobs AS j
+       SET budget_expires_at = v_budget_expires_at,
+           lease_expires_at = least(v_now + j.lease, v_budget_expires_at)
+     WHERE j.job_id = extend.job_id;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) IS 'Grow a live claim''s budget to the later of its current one and now + budget (setting one when it had none), and renew the lease as heartbeat would. True when live; false when stale, expired or terminal.';
+
 CREATE FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean DEFAULT true, retry_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2400,6 +2511,69 @@ $$;
 ALTER FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) IS 'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+CREATE FUNCTION fenceq.next_due(queues text[]) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_active text[];
+    v_known integer;
+    v_queue text;
+    v_now timestamptz;
+    v_queue_due timestamptz;
+    v_floor integer;
+    v_due timestamptz;
+BEGIN
+    PERFORM fenceq._check_names(next_due.queues, 'queues');
+    SELECT array_agg(q.queue) FILTER (WHERE NOT q.paused), count(*)
+      INTO v_active, v_known
+      FROM fenceq._queues AS q WHERE q.queue = ANY (next_due.queues);
+    IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(next_due.queues) AS n(name)) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_now := clock_timestamp();
+    FOREACH v_queue IN ARRAY coalesce(v_active, '{}') LOOP
+        -- The priority levels from the highest down, one probe each, and
+        -- the earliest due job of each level.
+        WITH RECURSIVE levels(priority, depth) AS (
+            (SELECT j.priority, 1 FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue AND j.status = 'pending'
+              ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < l.priority
+                     ORDER BY j.priority DESC LIMIT 1), l.depth + 1
+              FROM levels AS l
+             WHERE l.priority IS NOT NULL AND l.depth < 32)
+        SELECT min(d.run_at), min(l.priority) FILTER (WHERE l.depth = 32)
+          INTO v_queue_due, v_floor
+          FROM levels AS l
+          LEFT JOIN LATERAL (
+            SELECT j.run_at FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority = l.priority
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.run_at LIMIT 1) AS d ON true
+         WHERE l.priority IS NOT NULL;
+        IF v_floor IS NOT NULL THEN
+            -- Levels below the 32nd: the rest of the queue in one range scan.
+            SELECT least(v_queue_due, min(j.run_at)) INTO v_queue_due
+              FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < v_floor
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now);
+        END IF;
+        v_due := least(v_due, v_queue_due);  -- least() skips NULLs
+    END LOOP;
+    RETURN v_due;
+END
+$$;
+
+ALTER FUNCTION fenceq.next_due(queues text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.next_due(queues text[]) IS 'The earliest run_at of a pending, unexpired job in the named, unpaused queues (in the past when one is due now); NULL when there is none. QF100 for an empty array, QF101 for an undeclared queue.';
 
 CREATE FUNCTION fenceq.pause_queue(queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3832,6 +4006,8 @@ GRANT USAGE ON SCHEMA fenceq TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._canonical_json(value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) FROM PUBLIC;
@@ -3938,6 +4114,9 @@ GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempt
 REVOKE ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) TO fenceq_admin;
@@ -3975,6 +4154,10 @@ GRANT ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) TO fenceq_admin;
 REVOKE ALL ON FUNCTION fenceq.drop_schedule(schedule text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.drop_schedule(schedule text) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_admin;
@@ -3994,6 +4177,10 @@ GRANT ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bi
 REVOKE ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.next_due(queues text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.next_due(queues text[]) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.next_due(queues text[]) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.pause_queue(queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.pause_queue(queue text) TO fenceq_admin;

@@ -7,10 +7,12 @@ import asyncio
 import inspect
 import logging
 import threading
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from ..types import Fence
+from .settings import seconds
 from .state import InFlight
 
 task_log = logging.getLogger("fenceq.task")
@@ -41,6 +43,8 @@ class JobCalls(Protocol):
     async def checkpoint(self, job: InFlight, step: str, value: Any) -> Any: ...
 
     async def heartbeat(self, job: InFlight) -> bool: ...
+
+    async def extend(self, job: InFlight, budget: timedelta) -> bool: ...
 
 
 class _ContextBase:
@@ -89,6 +93,11 @@ class _ContextBase:
             raise LeaseLost()
 
 
+def _budget(budget: timedelta | float) -> timedelta:
+    """A handler's budget, seconds or timedelta, as the timedelta sent."""
+    return timedelta(seconds=seconds(budget, "budget"))
+
+
 class JobContext(_ContextBase):
     """What a plain (thread) handler receives. ``cancelled``, ``lost`` and
     ``stopping`` are ``threading.Event``s."""
@@ -122,6 +131,12 @@ class JobContext(_ContextBase):
         """Renew the lease now; False (and ``lost`` set) when refused."""
         return self._call(self._calls.heartbeat(self._job))
 
+    def extend(self, budget: timedelta | float) -> bool:
+        """Let this claim run until at least ``budget`` from now (seconds or
+        a timedelta): its budget only grows, and a claim without one gets
+        one. Renews the lease too. False (and ``lost`` set) when refused."""
+        return self._call(self._calls.extend(self._job, _budget(budget)))
+
 
 class AsyncJobContext(_ContextBase):
     """What an ``async def`` handler receives. ``cancelled``, ``lost`` and
@@ -146,3 +161,7 @@ class AsyncJobContext(_ContextBase):
 
     async def heartbeat(self) -> bool:
         return await self._calls.heartbeat(self._job)
+
+    async def extend(self, budget: timedelta | float) -> bool:
+        """As ``JobContext.extend``."""
+        return await self._calls.extend(self._job, _budget(budget))

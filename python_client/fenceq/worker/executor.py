@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import traceback
+from datetime import timedelta
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from ..errors import PersistenceFailed
@@ -200,3 +201,14 @@ class Executor:
 
     async def heartbeat(self, job: InFlight) -> bool:
         return await self._heartbeater.beat_now(job)
+
+    async def extend(self, job: InFlight, budget: timedelta) -> bool:
+        state = self._state
+        sent = state.clock.monotonic()
+        verdict = await self._writer.write(job, "extend", lambda c: c.extend(job.fence, budget))
+        if verdict is Verdict.ACCEPTED:
+            job.extended(sent, budget.total_seconds(), state.settings.heartbeat_fraction)
+            return True
+        if verdict is Verdict.REFUSED:
+            state.lose(job, "extend refused: the claim is no longer live")
+        return False

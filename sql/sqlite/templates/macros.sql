@@ -34,6 +34,12 @@ strftime('%Y-%m-%dT%H:%M:%S', $micros / 1000000 - ($micros % 1000000 < 0),
          'unixepoch')
 || printf('.%06dZ', ($micros % 1000000 + 1000000) % 1000000)
 
+-- macro: valid_json(value)
+-- The value when it is valid JSON text, else NULL (json_type and json_tree
+-- raise an error on malformed JSON; on NULL they answer nothing).
+CASE WHEN typeof($value) = 'text' AND json_valid($value)
+     THEN $value END
+
 -- macro: as_json_array(value)
 -- The value when it is JSON text holding an array, else NULL.
 CASE WHEN json_valid($value)
@@ -156,6 +162,34 @@ SELECT j.seq, c.now,
 -- The assignments that hand a job back to pending: no owner, lease or pid.
 owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
 budget_expires_at = NULL, pid = NULL
+
+-- Cancels (cancel, cancel_matching) ---------------------------------------
+
+-- macro: cancel_scratch
+-- temp.fenceq_cancel: the jobs to cancel (seq), what each becomes (answer)
+-- and the clock reading.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_cancel (
+    seq INTEGER NOT NULL, answer TEXT NOT NULL, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_cancel;
+
+-- macro: cancel_answer(job, force)
+-- What a cancel makes of job $job: pending (or claimed, with $force) ->
+-- 'cancelled', which kills any fence; claimed -> 'cancel_requested'; a
+-- terminal job keeps its status (and is left as it is).
+CASE WHEN $job.status = 'pending' OR ($job.status = 'claimed' AND $force) THEN 'cancelled'
+     WHEN $job.status = 'claimed' THEN 'cancel_requested'
+     ELSE $job.status END
+
+-- macro: cancel_writes
+-- Apply the answers of temp.fenceq_cancel.
+UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
+  FROM temp.fenceq_cancel AS c
+ WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs SET cancel_requested = 1
+  FROM temp.fenceq_cancel AS c
+ WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 
 -- macro: dead_letters_from(scratch)
 -- Write the dead letters chosen in a scratch table (its dlq_id is set for
