@@ -56,6 +56,10 @@ KNOWN_FINDINGS: dict[tuple[str, str, str], str] = {
         "instead of QF104",
     ("sqlite-file", "reap", "IntegrityError"):
         "max_rows that is not an integer (text, real): 'datatype mismatch' instead of QF104",
+    ("sqlite-file", "cancel_matching", "IntegrityError"):
+        "max_rows that is not an integer (text, real): 'datatype mismatch' instead of QF104",
+    ("sqlite-file", "tick_due", "IntegrityError"):
+        "max_rows that is not an integer (text, real): 'datatype mismatch' instead of QF104",
 }
 
 

@@ -44,7 +44,7 @@ def operations() -> list[str]:
     """Every operation the SQLite backend runs: its statement files, the
     operations it answers from views, and those it runs in Python."""
     files = {p.stem for p in backend.sql_dir("sqlite").glob("*.sql") if p.stem != "schema"}
-    return sorted(files | set(backend._VIEWS) | set(backend._IN_PYTHON))
+    return sorted((files - backend.STATEMENT_PARTS) | set(backend._VIEWS) | set(backend._IN_PYTHON))
 
 
 def statement_files() -> list[str]:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import fenceq
+import fenceq.backends.sqlite
 import fuzz_sqlite
 from fuzz_outcomes import Tally
 from fuzz_run import Fuzzers, functions, run_calls
@@ -74,6 +75,6 @@ def test_the_catalog_enumeration_sees_every_public_function(pg):
 
 def test_every_sqlite_operation_has_a_client_method_to_fuzz():
     operations = fuzz_sqlite.operations()
-    assert set(fuzz_sqlite.statement_files()) <= set(operations)
+    assert set(fuzz_sqlite.statement_files()) - fenceq.backends.sqlite.STATEMENT_PARTS <= set(operations)
     missing = [name for name in operations if not callable(getattr(fenceq.Client, name, None))]
     assert not missing, missing

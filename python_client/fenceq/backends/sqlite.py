@@ -668,4 +668,8 @@ def verify_schema(connection: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 # Operations SQLite implements in Python rather than in a statement file.
+# Statement files that are a step of another operation, not operations of
+# their own: tick_due.sql is the first half of tick (sqlite_schedules.py).
+STATEMENT_PARTS = frozenset({"tick_due"})
+
 _IN_PYTHON = {"verify_schema": verify_schema}
