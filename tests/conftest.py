@@ -5,6 +5,14 @@ and runs on every engine (River's riverdrivertest style). PostgreSQL comes
 from the server `make test` starts (scripts/pg-test-server); each test gets
 a fresh database cloned by pytest-postgresql from a template that
 `fenceq migrate` installed once.
+
+The PostgreSQL server is the one on $FENCEQ_TEST_PG_PORT (`make test-pg16`
+points it at a PostgreSQL 16 server). With $FENCEQ_TEST_PGBOUNCER_PORT set
+(`make test-pgbouncer`), the ``db`` fixture's PostgreSQL URL goes through the
+PgBouncer listening there, in front of that server; the templates, the
+cloning and the ``pg`` fixture stay direct. Tests that run on the
+PostgreSQL half of ``db`` are marked ``pg_conformance`` (the conformance
+suite); those and the ``pg``-fixture tests are marked ``pg_server``.
 """
 
 from __future__ import annotations
@@ -27,11 +35,37 @@ from fenceq.backends.sqlite import database_path
 from fenceq.migrate import migrate
 
 PG_PORT = int(os.environ.get("FENCEQ_TEST_PG_PORT", "54329"))
+CLIENT_PG_PORT = int(os.environ.get("FENCEQ_TEST_PGBOUNCER_PORT") or PG_PORT)
 BACKENDS = ["postgres", "sqlite"]
 
 
-def pg_url(dbname: str) -> str:
-    return f"postgresql://postgres@127.0.0.1:{PG_PORT}/{dbname}"
+def pg_url(dbname: str, port: int = PG_PORT) -> str:
+    return f"postgresql://postgres@127.0.0.1:{port}/{dbname}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "pg_conformance: runs on the PostgreSQL half of the db fixture")
+    config.addinivalue_line("markers", "pg_server: uses the test PostgreSQL server (pg_conformance, or pg)")
+
+
+# Conformance tests that migrate or roll back db.url: migrations need a
+# direct connection (docs/dba.md, "PgBouncer"), so through PgBouncer they
+# are skipped; tests/test_pgbouncer.py checks that migrate refuses clearly.
+NEEDS_DIRECT_CONNECTION = frozenset({
+    "test_up_down_up_round_trip", "test_downgrade_refuses_to_lose_data_unless_allowed",
+    "test_rollback_to_a_version", "test_demo_tells_its_story"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        conformance = callspec is not None and callspec.params.get("db") == "postgres"
+        if conformance:
+            item.add_marker("pg_conformance")
+            if CLIENT_PG_PORT != PG_PORT and getattr(item, "originalname", "") in NEEDS_DIRECT_CONNECTION:
+                item.add_marker(pytest.mark.skip(reason="migrates: needs a direct connection, not PgBouncer"))
+        if conformance or "pg" in getattr(item, "fixturenames", ()):
+            item.add_marker("pg_server")
 
 
 def install_fenceq(**kwargs: Any) -> None:
@@ -74,7 +108,7 @@ class Database:
 def db(request: pytest.FixtureRequest) -> Iterator[Database]:
     if request.param == "postgres":
         conn = request.getfixturevalue("postgresql")
-        yield Database("postgres", pg_url(conn.info.dbname))
+        yield Database("postgres", pg_url(conn.info.dbname, CLIENT_PG_PORT))
     elif request.param == "sqlite":
         yield sqlite_database(request.getfixturevalue("tmp_path"))
     else:  # pragma: no cover - other backends register here

@@ -299,6 +299,14 @@ def test_notifications_follow_the_switch_and_every_terminal_transition(pg):
         acknowledged = claim(client, "q")
         assert client.cancel(acknowledged.job_id) == "cancel_requested"
         assert client.acknowledge_cancel(acknowledged.fence)
+        done.append(client.submit("q", "bulk"))                                  # cancel_matching
+        assert client.cancel_matching("q", task="bulk") == 1
+        parent = client.submit("q", "t")                                         # a dependency that fails,
+        child = client.submit("q", "t", depends_on=[parent])                     # its dependent cancelled
+        grandchild = client.submit("quiet", "t", depends_on=[child])             # (another queue: silent)
+        assert client.cancel(parent) == "cancelled"
+        done += [parent, child]
+        assert client.get_job(grandchild).status == "cancelled"
         done.append(client.submit("q", "t", active_key="k"))                     # forced replacement
         replacement = client.submit("q", "t", active_key="k", force=True)
         assert client.cancel(replacement) == "cancelled"
@@ -318,5 +326,5 @@ def test_notifications_follow_the_switch_and_every_terminal_transition(pg):
         payloads = _done_until_barrier(listener, "on")
         statuses = {client.get_job(job_id).status for job_id in done}
     assert sorted(payloads) == sorted(done) and len(payloads) == len(done), "one per terminal transition"
-    assert quiet not in payloads and early not in payloads
+    assert quiet not in payloads and early not in payloads and grandchild not in payloads
     assert statuses == {"completed", "failed", "cancelled", "expired"}

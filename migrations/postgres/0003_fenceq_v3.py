@@ -31,7 +31,16 @@ SELECT set_config('fenceq.installer_search_path', current_setting('search_path')
 
 # Functions whose parameters version 3 changes: dropped before the install
 # recreates them, so none is ever overloaded.
-CHANGED = ""
+CHANGED = """
+DROP FUNCTION IF EXISTS fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text,
+    boolean);
+DROP FUNCTION IF EXISTS fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text,
+    boolean);
+DROP FUNCTION IF EXISTS fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer,
+    text, boolean);
+DROP FUNCTION IF EXISTS fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz,
+    integer, text, boolean);
+"""
 
 
 def _live_text():
@@ -48,7 +57,7 @@ V2_COLUMNS = {
     "_queues": ("queue", "lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max",
                 "dead_letter", "paused", "notify", "created_at"),
 }
-V3_JOB_COLUMNS = ("concurrency_key", "progress", "progress_at")
+V3_JOB_COLUMNS = ("concurrency_key", "blocked_by", "blocked_run_at", "progress", "progress_at")
 
 ROLLBACK = """
 DO $$

@@ -3,13 +3,15 @@
 from .client import AsyncClient, Client, connect, connect_async
 from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, PersistenceFailed,
                      SubmissionConflict)
+from .locks import LockBusy, LockLost
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
-                    SchemaCheck, new_claim_token)
+                    Schedule, SchemaCheck, new_claim_token)
 from .worker import App, AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable, Worker
 
 __all__ = [
     "App", "AsyncClient", "AsyncJobContext", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client",
     "ConfigError", "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "JobCancelled", "JobContext",
-    "LeaseLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
+    "LeaseLost", "LockBusy", "LockLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
+    "Schedule",
 ]

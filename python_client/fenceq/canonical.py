@@ -78,8 +78,12 @@ def fingerprint(
     max_attempts: int | None,
     active_key: str | None,
     force: bool,
+    concurrency_key: str | None = None,
+    depends_on: Any = None,
 ) -> str:
-    """'fq1:' + SHA-256 of the canonical request document, as authored."""
+    """'fq1:' + SHA-256 of the canonical request document, as authored.
+    Parameters added after version 1 enter the document only when not None,
+    so every earlier request keeps its fingerprint."""
 
     def text(value: str | None) -> str:
         return "null" if value is None else json_string(value)
@@ -92,6 +96,9 @@ def fingerprint(
 
     document = (
         '{"active_key":' + text(active_key)
+        + ('' if concurrency_key is None else ',"concurrency_key":' + json_string(concurrency_key))
+        + ('' if not depends_on else ',"depends_on":['
+           + ','.join(json_string(i) for i in sorted(set(depends_on))) + ']')
         + ',"expires_at":' + moment(expires_at)
         + ',"force":' + ("true" if force else "false")
         + ',"job_id":' + text(job_id)

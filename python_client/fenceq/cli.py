@@ -408,6 +408,17 @@ def _one_line(text: str | None, width: int) -> str:
 
 # Worker and demo -------------------------------------------------------------------
 
+def port(text: str) -> int:
+    """A TCP port, 0 for any free one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("a port is from 0 to 65535")
+    return value
+
+
 def boolean(text: str) -> bool:
     """1/true/yes/on or 0/false/no/off (an environment variable's switch)."""
     lowered = text.strip().lower()
@@ -474,6 +485,15 @@ WORKER_OPTIONS = (
     WorkerOption(("--complete-window",), duration, None, "0", "batch completions within this window"),
     WorkerOption(("--owner-id",), str, None, "host:pid:random", "worker identity"),
     WorkerOption(("--record-pid",), boolean, False, "off", "record this process id on each claim"),
+    WorkerOption(("--listen-url",), str, None, "the --url",
+                 "PostgreSQL URL to LISTEN on: a direct one where --url goes through PgBouncer"),
+    WorkerOption(("--metrics-port",), port, None, "off",
+                 "serve /metrics, /healthz and /readyz on this port (0: any free one)"),
+    WorkerOption(("--metrics-host",), str, "127.0.0.1", "127.0.0.1", "the address those endpoints bind"),
+    WorkerOption(("--health-window",), duration, timedelta(seconds=30), "30s",
+                 "/healthz fails once the database has not answered for this long"),
+    WorkerOption(("--stats-interval",), duration, timedelta(seconds=5), "5s",
+                 "read queue_stats for the metrics at most this often"),
     WorkerOption(("--log-format",), one_of("text", "json"), "text", "text", "text or json"),
     WorkerOption(("--log-level",), one_of("debug", "info", "warning", "error"), "info", "info",
                  "debug, info, warning or error"),
@@ -524,8 +544,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
         drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
         reap_interval=settings["reap_interval"] if settings["reap"] else None,
         purge_after=settings["purge_after"], purge_submissions_after=settings["purge_submissions_after"],
-        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"])
+        complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"],
+        listen_url=settings["listen_url"],
+        metrics_port=settings["metrics_port"], metrics_host=settings["metrics_host"],
+        health_window=settings["health_window"], stats_interval=settings["stats_interval"])
     worker.run(install_signal_handlers=True)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import signal
+
+    from .dashboard import serve_dashboard
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    mode = "actions on: connect as a role granted fenceq_admin" if args.allow_actions else "read-only"
+    serve_dashboard(args.url, args.host, args.port, allow_actions=args.allow_actions,
+                    started=lambda address: print(f"fenceq dashboard on {address} ({mode}); Ctrl-C stops it",
+                                                  flush=True))
     return 0
 
 
@@ -652,6 +688,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("ids", nargs="*", metavar="DLQ_ID")
         sub.add_argument("--all", action="store_true", help="every open dead letter, instead of ids")
         sub.add_argument("--queue", help="with --all: only this queue's")
+
+    dashboard = command("dashboard", cmd_dashboard, "a web UI: queues, jobs and their fences, dead letters")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dashboard.add_argument("--port", type=port, default=8080, help="port (default 8080; 0: any free one)")
+    dashboard.add_argument("--allow-actions", action="store_true",
+                           help="offer replay, discard, cancel, pause and resume (needs fenceq_admin)")
 
     demo = command("demo", cmd_demo, "a guided tour: two workers, a crash, a takeover, fences at work")
     demo.add_argument("--keep", action="store_true", help="keep the workers' logs (in a temporary folder)")

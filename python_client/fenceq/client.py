@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import ops
 from .backends import AsyncBackend, Backend, backend_of, open_async_backend, open_backend
+from .backends import protocol as reads
 from .backends.migrations import migrate
 from .errors import config_error
-from .types import Claim, ClaimState, DeadLetter, Fence, Job
+from .locks import AsyncHeldLock, HeldLock
+from .types import Claim, ClaimState, DeadLetter, Fence, Job, Schedule
 from .waiting import Waiter
 
 __all__ = ["AsyncClient", "Client", "backend_of", "connect", "connect_async", "resolve_url"]
@@ -72,13 +74,21 @@ class _Operations:
     def set_queue_notify_done(self, queue: str, notify: bool) -> bool:
         return self._call(ops.set_queue_notify_done(queue, notify))
 
+    def set_queue_limits(self, queue: str, *, max_claimed: int | None = None,
+                         max_claimed_per_key: int | None = None, rate_limit: int | None = None,
+                         rate_period: timedelta | None = None) -> None:
+        """Set all four limits at once (None = no such limit; all None removes them)."""
+        return self._call(ops.set_queue_limits(queue, max_claimed, max_claimed_per_key, rate_limit, rate_period))
+
     # Producers
     def submit(self, queue: str, task: str, payload: Any = None, *, submission_id: str | None = None,
                job_id: str | None = None, priority: int | None = None, run_at: datetime | None = None,
                expires_at: datetime | None = None, max_attempts: int | None = None,
-               active_key: str | None = None, force: bool = False) -> str:
+               active_key: str | None = None, force: bool = False,
+               concurrency_key: str | None = None, depends_on: Sequence[str] | None = None) -> str:
         return self._call(ops.submit(queue, task, payload, submission_id, job_id, priority, run_at,
-                                     expires_at, max_attempts, active_key, force))
+                                     expires_at, max_attempts, active_key, force, concurrency_key,
+                                     depends_on))
 
     def submit_batch(self, queue: str, requests: Iterable[Mapping[str, Any]]) -> list[str]:
         return self._call(ops.submit_batch(queue, requests))
@@ -131,6 +141,30 @@ class _Operations:
     def reap(self, *, max_rows: int | None = None):
         return self._call(ops.reap(max_rows))
 
+    # Named locks (docs/guarantees.md §15)
+    def acquire_lock(self, lock: str, owner_id: str, ttl: timedelta) -> int | None:
+        return self._call(ops.acquire_lock(lock, owner_id, ttl))
+
+    def renew_lock(self, lock: str, owner_id: str, token: int, ttl: timedelta) -> bool:
+        return self._call(ops.renew_lock(lock, owner_id, token, ttl))
+
+    def release_lock(self, lock: str, owner_id: str, token: int) -> bool:
+        return self._call(ops.release_lock(lock, owner_id, token))
+
+    def check_lock(self, lock: str, token: int) -> bool:
+        return self._call(ops.check_lock(lock, token))
+
+    # Time (docs/guarantees.md §13)
+    def next_due(self, queues: Sequence[str]) -> datetime | None:
+        return self._call(ops.next_due(queues))
+
+    def extend(self, fence: Fence, budget: timedelta) -> bool:
+        return self._call(ops.extend(fence, budget))
+
+    def cancel_matching(self, queue: str, *, task: str | None = None, payload_contains: Any = None,
+                        include_claimed: bool = False, force: bool = False, max_rows: int = 10_000) -> int:
+        return self._call(ops.cancel_matching(queue, task, payload_contains, include_claimed, force, max_rows))
+
     # Operators
     def cancel(self, job_id: str, *, force: bool = False) -> str | None:
         return self._call(ops.cancel(job_id, force))
@@ -161,8 +195,62 @@ class _Operations:
     def verify_schema(self):
         return self._call(ops.verify_schema())
 
+    # Schedules
+    def set_schedule(self, schedule: str, queue: str, task: str, cron: str, payload: Any = None, *,
+                     time_zone: str = "UTC", priority: int | None = None, max_attempts: int | None = None,
+                     active_key: str | None = None, paused: bool = False) -> bool:
+        return self._call(ops.set_schedule(schedule, queue, task, cron, payload, time_zone, priority,
+                                           max_attempts, active_key, paused))
+
+    def drop_schedule(self, schedule: str) -> bool:
+        return self._call(ops.drop_schedule(schedule))
+
+    def tick(self, *, max_rows: int | None = None) -> int:
+        return self._call(ops.tick(max_rows))
+
+    def schedules(self) -> list[Schedule]:
+        return self._call(ops.schedules())
+
     def version(self) -> str:
         return self._call(ops.version())
+
+    # Reads for operators' tools (backends/protocol.py: keyset pages of the views)
+    def present_views(self) -> list[str]:
+        return self._call(reads.present_views())
+
+    def queue_overview(self) -> list[reads.QueueOverview]:
+        return self._call(reads.queue_overview())
+
+    def jobs_by_submission(self, submission_id: str) -> list[Job]:
+        return self._call(reads.jobs_by_submission(submission_id))
+
+    def pending_jobs(self, queue: str, *, task: str | None = None, after: tuple | None = None,
+                     limit: int = 50) -> list[Job]:
+        return self._call(reads.pending_jobs(queue, task, after, limit))
+
+    def claimed_jobs(self, *, queue: str | None = None, task: str | None = None, after: str | None = None,
+                     limit: int = 50) -> list[Job]:
+        return self._call(reads.claimed_jobs(queue, task, after, limit))
+
+    def finished_jobs(self, since: datetime, *, status: str | None = None, queue: str | None = None,
+                      task: str | None = None, after: tuple | None = None, limit: int = 50) -> list[Job]:
+        return self._call(reads.finished_jobs(since, status, queue, task, after, limit))
+
+    def dead_letter_page(self, *, queue: str | None = None, include_handled: bool = False,
+                         after: tuple | None = None, limit: int = 50) -> list[DeadLetter]:
+        return self._call(reads.dead_letter_page(queue, include_handled, after, limit))
+
+    def dead_letters_of(self, job_id: str) -> list[DeadLetter]:
+        return self._call(reads.dead_letters_of(job_id))
+
+    def checkpoints(self, job_id: str) -> list[reads.Checkpoint]:
+        return self._call(reads.checkpoints(job_id))
+
+    def schedules(self, *, after: str | None = None, limit: int = 50) -> list[reads.Schedule]:
+        return self._call(reads.schedules(after, limit))
+
+    def locks(self, *, after: str | None = None, limit: int = 50) -> list[reads.Lock]:
+        return self._call(reads.locks(after, limit))
 
 
 class Client(_Operations):
@@ -190,6 +278,12 @@ class Client(_Operations):
         if self.url is None:
             raise config_error("QF100", "migrate needs a client opened from a URL")
         return migrate(self.url)
+
+    def lock(self, lock: str, owner_id: str, *, ttl: timedelta,
+             on_lost: Callable[[], Any] | None = None) -> HeldLock:
+        """``with client.lock(...) as held``: hold a named lock for a block,
+        renewed in a background thread (fenceq/locks.py)."""
+        return HeldLock(self, lock, owner_id, ttl, on_lost)
 
     def close(self) -> None:
         self._backend.close()
@@ -221,6 +315,12 @@ class AsyncClient(_Operations):
         if self.url is None:
             raise config_error("QF100", "migrate needs a client opened from a URL")
         return await asyncio.to_thread(migrate, self.url)
+
+    def lock(self, lock: str, owner_id: str, *, ttl: timedelta,
+             on_lost: Callable[[], Any] | None = None) -> AsyncHeldLock:
+        """``async with client.lock(...) as held``: hold a named lock for a
+        block, renewed by a background task (fenceq/locks.py)."""
+        return AsyncHeldLock(self, lock, owner_id, ttl, on_lost)
 
     async def close(self) -> None:
         await self._backend.close()

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
+from . import cron as cron_expression
 from . import validate as v
 from .errors import config_error
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
-                    SchemaCheck)
+                    Schedule, SchemaCheck)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,21 @@ def set_queue_notify(queue, notify) -> Op:
                                         ("notify", "boolean", v.boolean(notify, "notify"))), Shape.SCALAR, bool)
 
 
+def set_queue_limits(queue, max_claimed=None, max_claimed_per_key=None, rate_limit=None,
+                     rate_period=None) -> Op:
+    limits = [v.integer(value, what, minimum=1) for value, what in (
+        (max_claimed, "max_claimed"), (max_claimed_per_key, "max_claimed_per_key"), (rate_limit, "rate_limit"))]
+    period = v.duration(rate_period, "rate_period", backwards=True)
+    if (limits[2] is None) != (period is None):
+        raise config_error("QF100", "rate_limit and rate_period go together")
+    return Op("set_queue_limits", _args(
+        ("queue", "text", v.name(queue, "queue")),
+        ("max_claimed", "integer", limits[0]),
+        ("max_claimed_per_key", "integer", limits[1]),
+        ("rate_limit", "integer", limits[2]),
+        ("rate_period", "interval", period)), Shape.VOID)
+
+
 def set_queue_notify_done(queue, notify) -> Op:
     return Op("set_queue_notify_done", _args(("queue", "text", v.name(queue, "queue")),
                                              ("notify", "boolean", v.boolean(notify, "notify"))),
@@ -130,6 +146,8 @@ class SubmitRequest:
     max_attempts: int | None
     active_key: str | None
     force: bool
+    concurrency_key: str | None = None
+    depends_on: tuple[str, ...] | None = None
 
     @property
     def payload_value(self) -> str | None:
@@ -137,7 +155,8 @@ class SubmitRequest:
 
 
 def submit_request(task, payload=None, submission_id=None, job_id=None, priority=None, run_at=None,
-                   expires_at=None, max_attempts=None, active_key=None, force=False) -> SubmitRequest:
+                   expires_at=None, max_attempts=None, active_key=None, force=False,
+                   concurrency_key=None, depends_on=None) -> SubmitRequest:
     return SubmitRequest(
         task=v.name(task, "task"),  # type: ignore[arg-type]
         payload=v.json_value(payload, "payload"),
@@ -149,13 +168,16 @@ def submit_request(task, payload=None, submission_id=None, job_id=None, priority
         max_attempts=v.integer(max_attempts, "max_attempts", minimum=1),
         active_key=v.name(active_key, "active_key", nullable=True),
         force=v.boolean(force, "force"),
+        concurrency_key=v.name(concurrency_key, "concurrency_key", nullable=True),
+        depends_on=v.dependencies(depends_on),
     )
 
 
 def submit(queue, task, payload=None, submission_id=None, job_id=None, priority=None, run_at=None,
-           expires_at=None, max_attempts=None, active_key=None, force=False) -> Op:
+           expires_at=None, max_attempts=None, active_key=None, force=False, concurrency_key=None,
+           depends_on=None) -> Op:
     request = submit_request(task, payload, submission_id, job_id, priority, run_at, expires_at,
-                             max_attempts, active_key, force)
+                             max_attempts, active_key, force, concurrency_key, depends_on)
     return Op("submit", _args(
         ("queue", "text", v.name(queue, "queue")),
         ("task", "text", request.task),
@@ -168,13 +190,16 @@ def submit(queue, task, payload=None, submission_id=None, job_id=None, priority=
         ("max_attempts", "integer", request.max_attempts),
         ("active_key", "text", request.active_key),
         ("force", "boolean", request.force),
+        ("concurrency_key", "text", request.concurrency_key),
+        ("depends_on", "text[]", None if request.depends_on is None else list(request.depends_on)),
         optional=("payload", "submission_id", "job_id", "priority", "run_at", "expires_at",
-                  "max_attempts", "active_key"),
+                  "max_attempts", "active_key", "concurrency_key", "depends_on"),
     ), Shape.SCALAR, str)
 
 
 _REQUEST_KEYS = frozenset({"task", "payload", "submission_id", "job_id", "priority", "run_at",
-                           "expires_at", "max_attempts", "active_key", "force"})
+                           "expires_at", "max_attempts", "active_key", "force", "concurrency_key",
+                           "depends_on"})
 
 
 def submit_batch(queue, requests) -> Op:
@@ -321,6 +346,82 @@ def reap(max_rows=None) -> Op:
                             optional=("max_rows",)), Shape.ROW, ReapResult)
 
 
+# Named locks (docs/guarantees.md §15) ----------------------------------------
+# Arguments are checked in their SQL order, as the SQL checks them.
+
+def _lock_name(lock) -> tuple[str, str, Any]:
+    return ("lock", "text", v.name(lock, "lock"))
+
+
+def _lock_owner(owner_id) -> tuple[str, str, Any]:
+    return ("owner_id", "text", v.name(owner_id, "owner_id"))
+
+
+def _lock_token(token) -> tuple[str, str, Any]:
+    return ("token", "bigint", v.integer(token, "token", nullable=False, minimum=1, maximum=v.INT64_MAX))
+
+
+def _lock_ttl(ttl) -> tuple[str, str, Any]:
+    return ("ttl", "interval", v.duration(ttl, "ttl", nullable=False))
+
+
+def acquire_lock(lock, owner_id, ttl) -> Op:
+    return Op("acquire_lock", _args(_lock_name(lock), _lock_owner(owner_id), _lock_ttl(ttl)), Shape.SCALAR, int)
+
+
+def renew_lock(lock, owner_id, token, ttl) -> Op:
+    return Op("renew_lock", _args(_lock_name(lock), _lock_owner(owner_id), _lock_token(token), _lock_ttl(ttl)),
+              Shape.SCALAR, bool)
+
+
+def release_lock(lock, owner_id, token) -> Op:
+    return Op("release_lock", _args(_lock_name(lock), _lock_owner(owner_id), _lock_token(token)),
+              Shape.SCALAR, bool)
+
+
+def check_lock(lock, token) -> Op:
+    """Read-only on SQLite (a deferred BEGIN): through the client its answer
+    is a snapshot there; locks.check_lock_in_transaction fences writes."""
+    return Op("check_lock", _args(_lock_name(lock), _lock_token(token)), Shape.SCALAR, bool, writes=False)
+
+
+# Time (docs/guarantees.md §13) ----------------------------------------------
+
+def next_due(queues) -> Op:
+    return Op("next_due", _args(("queues", "text[]", v.names(queues, "queues"))), Shape.SCALAR, datetime,
+              writes=False)
+
+
+def extend(fence, budget) -> Op:
+    return Op("extend", _args(*_fence_args(fence),
+                              ("budget", "interval", v.duration(budget, "budget", nullable=False))),
+              Shape.SCALAR, bool)
+
+
+MAX_CANCEL_ROWS = 100_000
+
+
+def cancel_matching(queue, task=None, payload_contains=None, include_claimed=False, force=False,
+                    max_rows=10_000) -> Op:
+    queue, task = v.name(queue, "queue"), v.name(task, "task", nullable=True)
+    if payload_contains is not None and not isinstance(payload_contains, (dict, list, tuple)):
+        raise config_error("QF100", "payload_contains must be a JSON object or array")
+    contained = None if payload_contains is None else v.json_value(payload_contains, "payload_contains")
+    include_claimed, force = v.boolean(include_claimed, "include_claimed"), v.boolean(force, "force")
+    if force and not include_claimed:
+        raise config_error("QF100", "force applies to claimed jobs: it needs include_claimed")
+    return Op("cancel_matching", _args(
+        ("queue", "text", queue),
+        ("task", "text", task),
+        ("payload_contains", "jsonb", contained),
+        ("include_claimed", "boolean", include_claimed),
+        ("force", "boolean", force),
+        ("max_rows", "integer", v.integer(max_rows, "max_rows", nullable=False, minimum=1,
+                                          maximum=MAX_CANCEL_ROWS)),
+        optional=("task", "payload_contains"),
+    ), Shape.SCALAR, int)
+
+
 # Operators ------------------------------------------------------------------
 
 def cancel(job_id, force=False) -> Op:
@@ -373,3 +474,47 @@ def verify_schema() -> Op:
 
 def version() -> Op:
     return Op("version", (), Shape.SCALAR, str, writes=False)
+
+
+# Schedules (docs/guarantees.md §14) -------------------------------------------
+
+# The longest schedule name whose submission ids ('fenceq:schedule:' +
+# name + ':' + 'YYYY-MM-DDTHH:MM:SSZ') stay within 255 characters.
+SCHEDULE_NAME_LENGTH = 218
+
+
+def set_schedule(schedule, queue, task, cron, payload=None, time_zone="UTC", priority=None,
+                 max_attempts=None, active_key=None, paused=False) -> Op:
+    """The expression is parsed here (QF100) on both engines; whether the
+    time zone exists, each engine decides (PostgreSQL by pg_timezone_names)."""
+    text = v.json_value(payload, "payload")
+    cron_expression.parse(cron)
+    if not isinstance(time_zone, str) or not 1 <= len(time_zone) <= 255 or not time_zone.isprintable():
+        raise config_error("QF100", "time_zone must name a known IANA time zone")
+    return Op("set_schedule", _args(
+        ("schedule", "text", v.name(schedule, "schedule", max_length=SCHEDULE_NAME_LENGTH)),
+        ("queue", "text", v.name(queue, "queue")),
+        ("task", "text", v.name(task, "task")),
+        ("cron", "text", cron),
+        ("payload", "jsonb", None if text == "null" else text),
+        ("time_zone", "text", time_zone),
+        ("priority", "integer", v.integer(priority, "priority")),
+        ("max_attempts", "integer", v.integer(max_attempts, "max_attempts", minimum=1)),
+        ("active_key", "text", v.name(active_key, "active_key", nullable=True)),
+        ("paused", "boolean", v.boolean(paused, "paused")),
+        optional=("payload", "priority", "max_attempts", "active_key"),
+    ), Shape.SCALAR, bool)
+
+
+def drop_schedule(schedule) -> Op:
+    return Op("drop_schedule", _args(
+        ("schedule", "text", v.name(schedule, "schedule", max_length=SCHEDULE_NAME_LENGTH))), Shape.SCALAR, bool)
+
+
+def tick(max_rows=None) -> Op:
+    return Op("tick", _args(("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
+                            optional=("max_rows",)), Shape.SCALAR, int)
+
+
+def schedules() -> Op:
+    return Op("schedules", (), Shape.ROWS, Schedule, writes=False)

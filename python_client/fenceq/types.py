@@ -77,8 +77,9 @@ class Job:
     dlq_id: str | None
     created_at: datetime
     finished_at: datetime | None
-    # Version 3: the latest progress report of a claim, and when it was recorded.
-    progress: Any = None
+    concurrency_key: str | None = None
+    blocked_by: int = 0
+    progress: Any = None              # the latest progress report, and when it was recorded
     progress_at: datetime | None = None
 
 
@@ -100,6 +101,13 @@ class QueueStats:
     oldest_due_age: timedelta | None
     paused: bool
     notify: bool
+    max_claimed: int | None = None
+    max_claimed_per_key: int | None = None
+    busiest_key_claimed: int = 0
+    rate_limit: int | None = None
+    rate_period: timedelta | None = None
+    rate_used: int = 0
+    blocked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +142,20 @@ class SchemaCheck:
     check_name: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    schedule: str
+    queue: str
+    task: str
+    cron: str
+    time_zone: str
+    payload: Any
+    priority: int | None
+    max_attempts: int | None
+    active_key: str | None
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_job_id: str | None

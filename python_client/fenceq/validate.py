@@ -79,6 +79,19 @@ def integer(value: Any, what: str, *, nullable: bool = True, minimum: int = INT3
     return value
 
 
+def dependencies(value: Any) -> tuple[str, ...] | None:
+    """A submit's depends_on: job ids, made canonical (distinct, sorted by
+    code point); None or empty means no dependencies."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise config_error("QF100", "depends_on must be a list of job ids")
+    ids = tuple(sorted({job_id(item) for item in value}))  # type: ignore[misc]
+    if len(ids) > 100:
+        raise config_error("QF100", "a job may depend on at most 100 jobs")
+    return ids or None
+
+
 def boolean(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise config_error("QF100", f"{what} must be a bool")

@@ -228,7 +228,7 @@ COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
 CREATE OR REPLACE FUNCTION fenceq._fingerprint(
     queue text, task text, payload jsonb, submission_id text, job_id text,
     priority integer, run_at timestamptz, expires_at timestamptz,
-    max_attempts integer, active_key text, force boolean)
+    max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[])
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -239,10 +239,10 @@ BEGIN
     RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
         fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
         _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
-        _fingerprint.active_key, _fingerprint.force);
+        _fingerprint.active_key, _fingerprint.force, _fingerprint.concurrency_key, _fingerprint.depends_on);
 END
 $$;
-COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
     'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
 
 -- _backoff: LEAST(base * factor^(attempt-1), max), computed in logarithms
@@ -443,13 +443,17 @@ COMMENT ON FUNCTION fenceq._is_plain_json_int(jsonb, integer) IS
 CREATE OR REPLACE FUNCTION fenceq._fingerprint_of(
     queue text, task text, canonical_payload text, submission_id text, job_id text,
     priority integer, run_at timestamptz, expires_at timestamptz,
-    max_attempts integer, active_key text, force boolean)
+    max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[])
 RETURNS text
 LANGUAGE sql
 STABLE
 PARALLEL SAFE
 RETURN 'fq1:' || encode(sha256(convert_to(
     '{"active_key":' || coalesce(to_json(active_key)::text, 'null')
+    -- Parameters added after version 1 enter the document only when not
+    -- NULL, so every earlier request keeps its fingerprint.
+    || CASE WHEN concurrency_key IS NULL THEN '' ELSE ',"concurrency_key":' || to_json(concurrency_key)::text END
+    || CASE WHEN depends_on IS NULL THEN '' ELSE ',"depends_on":' || to_json(depends_on)::text END
     || ',"expires_at":' || CASE WHEN expires_at IS NULL THEN 'null' ELSE to_json(to_char(
            expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
     || ',"force":' || CASE WHEN coalesce(force, false) THEN 'true' ELSE 'false' END
@@ -463,5 +467,5 @@ RETURN 'fq1:' || encode(sha256(convert_to(
     || ',"submission_id":' || to_json(submission_id)::text
     || ',"task":' || to_json(task)::text
     || ',"v":1}', 'UTF8')), 'hex');
-COMMENT ON FUNCTION fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+COMMENT ON FUNCTION fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
     'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';

@@ -208,3 +208,56 @@ END
 $$;
 COMMENT ON FUNCTION fenceq.set_queue_notify(text, boolean) IS
     'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
+
+-- set_queue_limits: set a queue's concurrency and rate limits, all four at
+-- once; NULL means no such limit, all NULL removes them.
+--   max_claimed          at most this many of its jobs claimed at once;
+--   max_claimed_per_key  at most this many claimed per concurrency_key
+--                        (jobs without a key are not counted);
+--   rate_limit per rate_period  at most this many successful claims in any
+--                        window of that length (sliding, never a burst more).
+-- Claims then take fewer jobs, possibly none, rather than exceed a limit
+-- (claim_batch). Lowering a limit below the current usage claims nothing
+-- until usage falls; it revokes no claim.
+-- Locking: the queue row FOR UPDATE (claimers of a limited queue take turns
+-- on it). Idempotent. QF101 for an unknown queue; QF104 for a limit that is
+-- not a positive integer; QF100 when rate_limit and rate_period are not
+-- given together; the interval rules of §2 for rate_period.
+CREATE OR REPLACE FUNCTION fenceq.set_queue_limits(
+    queue text,
+    max_claimed integer DEFAULT NULL,
+    max_claimed_per_key integer DEFAULT NULL,
+    rate_limit integer DEFAULT NULL,
+    rate_period interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(set_queue_limits.queue, 'queue');
+    IF set_queue_limits.max_claimed < 1 OR set_queue_limits.max_claimed_per_key < 1
+       OR set_queue_limits.rate_limit < 1 THEN
+        PERFORM fenceq._raise('QF104', 'a limit must be a positive integer or NULL');
+    END IF;
+    IF (set_queue_limits.rate_limit IS NULL) <> (set_queue_limits.rate_period IS NULL) THEN
+        PERFORM fenceq._raise('QF100', 'rate_limit and rate_period go together');
+    END IF;
+    PERFORM fenceq._check_interval(set_queue_limits.rate_period, 'rate_period', backwards => true);
+    UPDATE fenceq._queues AS q
+       SET max_claimed = set_queue_limits.max_claimed,
+           max_claimed_per_key = set_queue_limits.max_claimed_per_key,
+           rate_limit = set_queue_limits.rate_limit,
+           rate_period = set_queue_limits.rate_period
+     WHERE q.queue = set_queue_limits.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF set_queue_limits.rate_limit IS NULL THEN
+        DELETE FROM fenceq._rate_window AS r WHERE r.queue = set_queue_limits.queue;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_queue_limits(text, integer, integer, integer, interval) IS
+    'Set a queue''s limits (NULL = none): max_claimed, max_claimed_per_key, rate_limit per rate_period. Claims take fewer jobs rather than exceed one.';

@@ -21,7 +21,7 @@
 CREATE OR REPLACE FUNCTION fenceq._submit(
     queue text, task text, payload jsonb, submission_id text, job_id text,
     priority integer, run_at timestamptz, expires_at timestamptz,
-    max_attempts integer, active_key text, force boolean)
+    max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[])
 RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -41,6 +41,9 @@ DECLARE
     v_run_at timestamptz;
     v_holder text;
     v_round integer := 0;
+    v_depends_on text[];
+    v_blocked_by integer;
+    v_dependency_failed boolean := false;
 BEGIN
     -- Fast path for the usual well-formed call (one expression); otherwise
     -- the checks run one by one and name what is wrong.
@@ -48,6 +51,7 @@ BEGIN
                     AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
                     AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
                     AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.concurrency_key) BETWEEN 1 AND 255, true)
                     AND coalesce(_submit.max_attempts >= 1, true)
                     AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
         PERFORM fenceq._check_name(_submit.queue, 'queue');
@@ -55,6 +59,7 @@ BEGIN
         PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
         PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
         PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        PERFORM fenceq._check_name(_submit.concurrency_key, 'concurrency_key', nullable => true);
         IF _submit.max_attempts < 1 THEN
             PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
         END IF;
@@ -63,6 +68,9 @@ BEGIN
     END IF;
     IF v_payload IS NOT NULL THEN
         PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
+    IF _submit.depends_on IS NOT NULL THEN
+        v_depends_on := fenceq._check_dependencies(_submit.depends_on, _submit.job_id);
     END IF;
 
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
@@ -78,7 +86,8 @@ BEGIN
     IF _submit.submission_id IS NOT NULL THEN
         v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
             _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
-            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force);
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force, _submit.concurrency_key,
+            v_depends_on);
         SELECT * INTO v_existing FROM fenceq._submissions AS s
          WHERE s.submission_id = _submit.submission_id;
         IF FOUND THEN
@@ -113,13 +122,23 @@ BEGIN
     END IF;
 
     v_run_at := coalesce(_submit.run_at, v_now);
+    IF v_depends_on IS NOT NULL THEN
+        SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
+          FROM fenceq._lock_dependencies(v_depends_on) AS d;
+    END IF;
     LOOP
-        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, active_key, created_at)
-        VALUES (v_job_id, _submit.queue, _submit.task, v_payload,
-            coalesce(_submit.priority, 0), coalesce(_submit.max_attempts, v_queue.max_attempts),
-            v_run_at, _submit.expires_at, _submit.submission_id, v_fingerprint,
-            _submit.active_key, v_now)
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at, concurrency_key,
+            blocked_by, blocked_run_at, last_error, finished_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload, coalesce(_submit.priority, 0),
+            CASE WHEN v_dependency_failed THEN 'cancelled' ELSE 'pending' END,
+            coalesce(_submit.max_attempts, v_queue.max_attempts),
+            CASE WHEN v_blocked_by > 0 THEN 'infinity' ELSE v_run_at END,
+            _submit.expires_at, _submit.submission_id, v_fingerprint,
+            CASE WHEN v_dependency_failed THEN NULL ELSE _submit.active_key END, v_now, _submit.concurrency_key,
+            nullif(v_blocked_by, 0), CASE WHEN v_blocked_by > 0 THEN v_run_at END,
+            CASE WHEN v_dependency_failed THEN 'dependency_failed' END,
+            CASE WHEN v_dependency_failed THEN v_now END)
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
 
@@ -141,17 +160,23 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
+        PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
         PERFORM fenceq._notify_done(ARRAY[v_holder]);
     END LOOP;
 
-    IF v_run_at <= v_now AND v_queue.notify THEN
+    IF v_depends_on IS NOT NULL THEN
+        INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
+        SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
+          FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+    END IF;
+    IF v_run_at <= v_now AND coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
         PERFORM pg_notify('fenceq_jobs', _submit.queue);
     END IF;
     RETURN v_job_id;
 END
 $$;
-COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
     'Private. The body of submit, shared with submit_batch.';
 
 -- submit: enqueue one job and return its id.
@@ -179,7 +204,9 @@ CREATE OR REPLACE FUNCTION fenceq.submit(
     expires_at timestamptz DEFAULT NULL,
     max_attempts integer DEFAULT NULL,
     active_key text DEFAULT NULL,
-    force boolean DEFAULT false)
+    force boolean DEFAULT false,
+    concurrency_key text DEFAULT NULL,
+    depends_on text[] DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -197,19 +224,21 @@ DECLARE
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
+                    AND submit.depends_on IS NULL
                     AND length(submit.queue) BETWEEN 1 AND 255 AND length(submit.task) BETWEEN 1 AND 255
                     AND coalesce(length(submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(submit.concurrency_key) BETWEEN 1 AND 255, true)
                     AND coalesce(submit.max_attempts >= 1, true)
                     AND fenceq._is_plain_time(submit.run_at) AND fenceq._is_plain_time(submit.expires_at)
                     AND fenceq._is_plain_json(v_payload), false) THEN
         RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
             submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-            submit.max_attempts, submit.active_key, submit.force);
+            submit.max_attempts, submit.active_key, submit.force, submit.concurrency_key, submit.depends_on);
     END IF;
     IF submit.submission_id IS NOT NULL THEN
         v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
             submit.submission_id, NULL, submit.priority, submit.run_at,
-            submit.expires_at, submit.max_attempts, NULL, false);
+            submit.expires_at, submit.max_attempts, NULL, false, submit.concurrency_key, NULL);
     END IF;
 
     WITH queue AS MATERIALIZED (
@@ -224,10 +253,10 @@ BEGIN
         RETURNING s.job_id),
     inserted AS (
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, created_at)
+            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key)
         SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
                coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
-               submit.expires_at, submit.submission_id, v_fingerprint, q.now
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
@@ -259,7 +288,7 @@ BEGIN
     RETURN v_job_id;
 END
 $$;
-COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean) IS
+COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
     'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
 
 -- _json_text / _json_int / _json_time / _json_bool: read one submit_batch
@@ -483,7 +512,7 @@ BEGIN
                              FROM jsonb_each(e.payload) AS m), '') || '}'
                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
                        ELSE coalesce(e.payload::text, 'null') END,
-                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false) END ORDER BY e.i)
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false, NULL, NULL) END ORDER BY e.i)
           INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
           FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
                        CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
@@ -542,6 +571,12 @@ BEGIN
         RETURN v_ids;
     END IF;
 
+    -- Dependencies between elements: the batch's explicit job ids may be
+    -- named before their element runs (any order); a cycle is refused here.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(submit_batch.requests) AS r
+                WHERE jsonb_typeof(r.value) = 'object' AND r.value ? 'depends_on') THEN
+        PERFORM fenceq._check_batch_graph(submit_batch.requests);
+    END IF;
     -- Lock every identity of the batch up front, in the one global order.
     PERFORM fenceq._lock_identities(ARRAY(
         SELECT k.key
@@ -559,7 +594,8 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
                     WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
-                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force')) THEN
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force',
+                        'concurrency_key', 'depends_on')) THEN
             PERFORM fenceq._raise('QF100', 'a request has an unknown key');
         END IF;
         v_ids := v_ids || fenceq._submit(
@@ -573,9 +609,12 @@ BEGIN
             fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
             fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
             fenceq._json_text(v_request -> 'active_key', 'active_key'),
-            fenceq._json_bool(v_request -> 'force', 'force'));
+            fenceq._json_bool(v_request -> 'force', 'force'),
+            fenceq._json_text(v_request -> 'concurrency_key', 'concurrency_key'),
+            fenceq._json_text_array(v_request -> 'depends_on', 'depends_on'));
     END LOOP;
     PERFORM set_config('fenceq.batch_index', '', true);
+    PERFORM set_config('fenceq.batch_job_ids', '', true);
     RETURN v_ids;
 END
 $$;

@@ -109,6 +109,7 @@ DECLARE
     v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
     v_old_generation bigint;
     v_recorded boolean;
+    v_limited boolean;
 BEGIN
     IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
                     AND length(claim_next.queues[1]) BETWEEN 1 AND 255
@@ -123,7 +124,10 @@ BEGIN
 
     v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
     WITH queue AS MATERIALIZED (
-        SELECT q.lease FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1] AND NOT q.paused),
+        -- A queue with limits takes claim_batch's path (the limits' lock).
+        SELECT q.lease FROM fenceq._queues AS q
+         WHERE q.queue = claim_next.queues[1] AND NOT q.paused
+           AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
     picked AS MATERIALIZED (
         -- The outer projection runs above the row lock, so its clock reading
         -- is taken once the row is held.
@@ -171,9 +175,17 @@ BEGIN
       FROM claimed AS c;
 
     IF v_claim IS NULL THEN
-        -- Nothing claimed: an undeclared queue and a used token still raise.
-        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise;
+        -- a queue with limits is claimed from under them.
+        SELECT num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 INTO v_limited
+          FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1];
+        IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_limited THEN
+            RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+                ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+            RETURN;
         END IF;
         IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
             PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
@@ -203,6 +215,89 @@ $$;
 COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
     'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
 
+-- _pick_limited: lock and return (in claim order) up to `wanted` due jobs
+-- of a queue with limits, as many as its limits allow now, possibly none.
+-- Locking: the queue row FOR NO KEY UPDATE first, so that claimers of one
+-- limited queue take turns and each counts what the others committed; the
+-- clock is read after that lock. Then each pick is locked FOR UPDATE SKIP
+-- LOCKED. A key at its limit is passed over for the next job of another key.
+-- The rate window is exact because claims of the queue are serialised: a
+-- claim is allowed while fewer than rate_limit claims lie in the last
+-- rate_period, so no window of that length ever holds more (the claims are
+-- recorded by claim_batch at a time no earlier than this check).
+CREATE OR REPLACE FUNCTION fenceq._pick_limited(queue text, wanted integer)
+RETURNS text[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_now timestamptz;
+    v_allowed integer := _pick_limited.wanted;
+    v_full text[] := '{}';
+    v_taken text[] := '{}';
+    v_job fenceq._jobs;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _pick_limited.queue FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+    IF v_queue.max_claimed IS NOT NULL THEN
+        v_allowed := least(v_allowed, v_queue.max_claimed - (
+            SELECT count(*) FROM fenceq._jobs AS j WHERE j.queue = v_queue.queue AND j.status = 'claimed'));
+    END IF;
+    IF v_queue.rate_limit IS NOT NULL THEN
+        DELETE FROM fenceq._rate_window AS r
+         WHERE r.queue = v_queue.queue AND r.claimed_at <= v_now - v_queue.rate_period;
+        v_allowed := least(v_allowed, v_queue.rate_limit - (
+            SELECT count(*) FROM fenceq._rate_window AS r WHERE r.queue = v_queue.queue));
+    END IF;
+    IF v_allowed <= 0 THEN
+        RETURN NULL;
+    END IF;
+    IF v_queue.max_claimed_per_key IS NULL THEN
+        RETURN ARRAY(
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT v_allowed
+               FOR UPDATE SKIP LOCKED);
+    END IF;
+    -- Per key: the keys already at their limit, then one pick at a time
+    -- (a pick can fill its key).
+    v_full := ARRAY(
+        SELECT j.concurrency_key FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+         GROUP BY j.concurrency_key HAVING count(*) >= v_queue.max_claimed_per_key);
+    WHILE cardinality(v_taken) < v_allowed LOOP
+        SELECT * INTO v_job FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+           AND (j.expires_at IS NULL OR j.expires_at > v_now)
+           AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_full))
+           AND j.job_id <> ALL (v_taken)
+         ORDER BY j.priority DESC, j.run_at, j.seq
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        v_taken := v_taken || v_job.job_id;
+        IF v_job.concurrency_key IS NOT NULL AND (
+            SELECT count(*) FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'claimed'
+               AND j.concurrency_key = v_job.concurrency_key)
+            + (SELECT count(*) FROM fenceq._jobs AS j
+                WHERE j.job_id = ANY (v_taken) AND j.concurrency_key = v_job.concurrency_key)
+            >= v_queue.max_claimed_per_key THEN
+            v_full := v_full || v_job.concurrency_key;
+        END IF;
+    END LOOP;
+    RETURN nullif(v_taken, '{}');
+END
+$$;
+COMMENT ON FUNCTION fenceq._pick_limited(text, integer) IS
+    'Private. Lock and return, in claim order, the due jobs of a queue with limits that its limits allow now.';
+
 -- claim_batch: claim up to one job per token (tokens used in array order),
 -- across queues, in priority / run_at / submission order. A repeated or
 -- already used token raises QF301 before anything is claimed. It is also
@@ -213,6 +308,9 @@ COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
 -- the head rows of each queue's scan are locked and merged; the heads not
 -- claimed stay locked until the caller's transaction ends (in autocommit, at
 -- once). Then one statement claims every picked job and records its token.
+-- A queue with limits (set_queue_limits) is the exception: its claimers take
+-- turns on its queue row (_pick_limited), and it offers only what its limits
+-- allow, possibly nothing; a limit never raises.
 CREATE OR REPLACE FUNCTION fenceq.claim_batch(
     queues text[], owner_id text, claim_tokens text[],
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
@@ -229,6 +327,8 @@ DECLARE
     v_queue fenceq._queues;
     v_active text[];
     v_known integer;
+    v_limited text[];
+    v_offered text[] := '{}';
     v_now timestamptz;
     v_picked text[];
     v_claims fenceq.claim[];
@@ -273,7 +373,12 @@ BEGIN
         IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF NOT v_queue.paused THEN
+        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
+                                               v_queue.rate_limit) > 0 THEN
+            v_picked := fenceq._pick_limited(v_queue.queue, v_count);
+            v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                                    WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
+        ELSIF NOT v_queue.paused THEN
             SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
               INTO v_picked, v_exhausted FROM (
                 SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
@@ -286,13 +391,23 @@ BEGIN
                        FOR UPDATE SKIP LOCKED) AS j) AS p;
         END IF;
     ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-          INTO v_active, v_known
-          FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues);
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
+               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
+          INTO v_active, v_limited, v_known
+          FROM (SELECT q.queue, q.paused,
+                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
+                  FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues)) AS q;
         IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF v_active IS NOT NULL THEN
+        -- Queues with limits offer what their limits allow (locking their
+        -- rows in name order, so claimers never deadlock); the merge below
+        -- takes the best of those and of the other queues' heads.
+        IF v_limited IS NOT NULL THEN
+            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
+                                 FROM unnest(v_limited) AS l(name));
+        END IF;
+        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
             EXECUTE $sql$
@@ -308,9 +423,12 @@ BEGIN
                          ORDER BY j.priority DESC, j.run_at, j.seq
                          LIMIT $2
                            FOR UPDATE OF j SKIP LOCKED) AS c
-                     ORDER BY c.priority DESC, c.run_at, c.seq
+                    UNION ALL
+                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
+                     ORDER BY priority DESC, run_at, seq
                      LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
+            $sql$ INTO v_picked, v_exhausted USING coalesce(v_active, '{}'), v_count, v_now, v_offered;
         END IF;
     END IF;
 
@@ -350,7 +468,10 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token),
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated),
+    rated AS (
+        INSERT INTO fenceq._rate_window (queue, claimed_at)
+        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
@@ -590,6 +711,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- Its own statement, so it sees every dependent committed before the
+    -- row lock above was granted (a dependent's submit share-locks this row).
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = complete.job_id) THEN
+        PERFORM fenceq._settle_dependents(ARRAY[complete.job_id], true);
+    END IF;
     IF v_notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
     END IF;
@@ -616,6 +742,7 @@ DECLARE
     v_count integer;
     v_now timestamptz;
     v_answers boolean[];
+    v_completed text[];
     v_notify_done text[];  -- the completed jobs whose queues notify
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
@@ -656,12 +783,16 @@ BEGIN
                result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
           FROM winners AS w
          WHERE j.job_id = w.j
-        RETURNING w.i, j.job_id, j.queue)
+        RETURNING w.i, w.j, j.queue)
     SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
-           (SELECT array_agg(c.job_id) FROM completed AS c
+           (SELECT array_agg(c.j) FROM completed AS c),
+           (SELECT array_agg(c.j) FROM completed AS c
              WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
-      INTO v_answers, v_notify_done
+      INTO v_answers, v_completed, v_notify_done
       FROM fences AS f;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
+        PERFORM fenceq._settle_dependents(v_completed, true);
+    END IF;
     IF v_notify_done IS NOT NULL THEN
         PERFORM fenceq._notify_done(v_notify_done);
     END IF;
@@ -728,6 +859,7 @@ BEGIN
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
      WHERE j.job_id = (_retry_or_fail.job).job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[(_retry_or_fail.job).job_id], false);
     IF v_queue.notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
     END IF;
@@ -944,6 +1076,7 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[acknowledge_cancel.job_id], false);
     PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
     RETURN true;
 END
@@ -991,6 +1124,7 @@ BEGIN
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._settle_dependents(ARRAY[v_job.job_id], false);
             PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
             cancelled := cancelled + 1;
         ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
@@ -1007,12 +1141,13 @@ BEGIN
              ORDER BY j.expires_at
              LIMIT v_left
                FOR UPDATE SKIP LOCKED),
-        expired_now AS (
+        done AS (
             UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
               FROM overdue WHERE j.job_id = overdue.job_id
             RETURNING j.job_id)
-        SELECT array_agg(e.job_id) INTO v_expired FROM expired_now AS e;
+        SELECT array_agg(d.job_id) INTO v_expired FROM done AS d;
         expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._settle_dependents(v_expired, false);
         PERFORM fenceq._notify_done(v_expired);
     END IF;
     RETURN NEXT;

@@ -1,5 +1,38 @@
 -- fenceq for PostgreSQL, part 6: operators (cancel, views, purge, dead letters).
 
+-- _cancel_locked: cancel a job whose row the caller holds locked, as cancel
+-- does: pending (or claimed, with force) -> 'cancelled', which kills any
+-- fence; claimed -> cancel requested (the worker acknowledges). Returns the
+-- new state, 'cancelled' or 'cancel_requested', or NULL for a terminal job,
+-- which is left as it is. A cancelled job's dependents are cancelled with it
+-- (§16). Of the notifications it sends only fenceq_done (part 58, where the
+-- queue has notify_done on): each caller says whom else to tell.
+CREATE OR REPLACE FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
+        PERFORM fenceq._notify_done(ARRAY[(_cancel_locked.job).job_id]);
+        RETURN 'cancelled';
+    END IF;
+    IF (_cancel_locked.job).status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        RETURN 'cancel_requested';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cancel_locked(fenceq._jobs, boolean) IS
+    'Private. Cancel a locked job as cancel does (pending or forced -> cancelled, claimed -> cancel_requested); NULL for a terminal job, left unchanged.';
+
 -- cancel: cancel a job. Pending -> 'cancelled'. Claimed -> 'cancel_requested'
 -- (the worker acknowledges), or 'cancelled' at once with force, which kills
 -- the fence. A terminal job answers with its unchanged status; an unknown job
@@ -25,15 +58,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
-        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
-         WHERE j.job_id = cancel.job_id;
-        PERFORM fenceq._notify_done(ARRAY[cancel.job_id]);
-        v_answer := 'cancelled';
-    ELSIF v_job.status = 'claimed' THEN
-        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
-        v_answer := 'cancel_requested';
-    ELSE
+    v_answer := fenceq._cancel_locked(v_job, cancel.force);
+    IF v_answer IS NULL THEN
         RETURN v_job.status;
     END IF;
     PERFORM pg_notify('fenceq_control', cancel.job_id);
@@ -47,12 +73,31 @@ COMMENT ON FUNCTION fenceq.cancel(text, boolean) IS
 -- token. Columns are only ever appended (docs/guarantees.md §3).
 CREATE OR REPLACE VIEW fenceq.jobs AS
 SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
-       j.max_attempts, j.run_at, j.expires_at, j.owner_id, j.generation,
+       j.max_attempts, coalesce(j.blocked_run_at, j.run_at) AS run_at, j.expires_at, j.owner_id, j.generation,
        j.lease_expires_at, j.budget_expires_at, j.cancel_requested, j.pid, j.result,
        j.last_error, j.submission_id, j.fingerprint, j.active_key, j.dlq_id,
-       j.created_at, j.finished_at, j.progress, j.progress_at
+       j.created_at, j.finished_at, j.concurrency_key, coalesce(j.blocked_by, 0) AS blocked_by,
+       j.progress, j.progress_at
   FROM fenceq._jobs AS j;
 COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
+
+CREATE OR REPLACE VIEW fenceq.dependencies AS
+SELECT d.job_id, d.depends_on, d.satisfied
+  FROM fenceq._dependencies AS d;
+COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
+
+-- submissions: the retained submission identities (fingerprints stay
+-- private), so that a job is found by its submission id through the
+-- identity's primary key.
+CREATE OR REPLACE VIEW fenceq.submissions AS
+SELECT s.submission_id, s.job_id, s.queue, s.created_at
+  FROM fenceq._submissions AS s;
+COMMENT ON VIEW fenceq.submissions IS 'Retained submission identities: submission_id -> job_id (they outlive purged jobs).';
+
+CREATE OR REPLACE VIEW fenceq.checkpoints AS
+SELECT c.job_id, c.step, c.value, c.generation, c.recorded_at
+  FROM fenceq._checkpoints AS c;
+COMMENT ON VIEW fenceq.checkpoints IS 'Recorded checkpoints: one value per (job, step), with the generation that wrote it.';
 
 CREATE OR REPLACE VIEW fenceq.attempts AS
 SELECT c.job_id, c.generation, c.owner_id, c.claimed_at
@@ -69,21 +114,38 @@ SELECT q.queue,
        coalesce(c.cancel_requested, 0) AS cancel_requested,
        clock_timestamp() - p.oldest_due AS oldest_due_age,
        q.paused,
-       q.notify
+       q.notify,
+       q.max_claimed,
+       q.max_claimed_per_key,
+       coalesce(k.busiest_key, 0) AS busiest_key_claimed,
+       q.rate_limit,
+       q.rate_period,
+       coalesce(r.used, 0) AS rate_used,
+       coalesce(p.blocked, 0) AS blocked
   FROM fenceq._queues AS q
   LEFT JOIN LATERAL (
         SELECT count(*) AS pending,
                count(*) FILTER (WHERE j.run_at <= clock_timestamp()) AS due,
-               min(j.run_at) FILTER (WHERE j.run_at <= clock_timestamp()) AS oldest_due
+               min(j.run_at) FILTER (WHERE j.run_at <= clock_timestamp()) AS oldest_due,
+               count(*) FILTER (WHERE j.blocked_by IS NOT NULL) AS blocked
           FROM fenceq._jobs AS j
          WHERE j.queue = q.queue AND j.status = 'pending') AS p ON true
   LEFT JOIN LATERAL (
         SELECT count(*) AS claimed,
                count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
           FROM fenceq._jobs AS j
-         WHERE j.queue = q.queue AND j.status = 'claimed') AS c ON true;
+         WHERE j.queue = q.queue AND j.status = 'claimed') AS c ON true
+  LEFT JOIN LATERAL (
+        SELECT max(k.claimed) AS busiest_key FROM (
+            SELECT count(*) AS claimed FROM fenceq._jobs AS j
+             WHERE j.queue = q.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+               AND q.max_claimed_per_key IS NOT NULL
+             GROUP BY j.concurrency_key) AS k) AS k ON true
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS used FROM fenceq._rate_window AS w
+         WHERE w.queue = q.queue AND w.claimed_at > clock_timestamp() - q.rate_period) AS r ON true;
 COMMENT ON VIEW fenceq.queue_stats IS
-    'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, and the paused and notify flags.';
+    'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, the paused and notify flags, and the limits with their usage (busiest key''s claimed count, claims in the current rate window).';
 
 CREATE OR REPLACE VIEW fenceq.dead_letters AS
 SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts, d.failed_at,

@@ -29,6 +29,11 @@ BEGIN
         ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
         ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
         ('_jobs', 'concurrency_key', 'text', false),
+        ('_jobs', 'blocked_by', 'integer', false),
+        ('_jobs', 'blocked_run_at', 'timestamp with time zone', false),
+        ('_dependencies', 'depends_on', 'text', true), ('_dependencies', 'job_id', 'text', true),
+        ('_dependencies', 'satisfied', 'boolean', true),
+        ('_rate_window', 'queue', 'text', true), ('_rate_window', 'claimed_at', 'timestamp with time zone', true),
         ('_queues', 'notify_done', 'boolean', true), ('_jobs', 'progress', 'jsonb', false),
         ('_jobs', 'progress_at', 'timestamp with time zone', false),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
@@ -60,7 +65,20 @@ BEGIN
         ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
         ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
         ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
-        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
+        ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false),
+        ('_schedules', 'schedule', 'text', true), ('_schedules', 'queue', 'text', true),
+        ('_schedules', 'task', 'text', true), ('_schedules', 'cron', 'text', true),
+        ('_schedules', 'time_zone', 'text', true), ('_schedules', 'payload', 'jsonb', false),
+        ('_schedules', 'priority', 'integer', false), ('_schedules', 'max_attempts', 'integer', false),
+        ('_schedules', 'active_key', 'text', false), ('_schedules', 'paused', 'boolean', true),
+        ('_schedules', 'cron_minutes', 'integer[]', true), ('_schedules', 'cron_hours', 'integer[]', true),
+        ('_schedules', 'cron_days', 'integer[]', true), ('_schedules', 'cron_months', 'integer[]', true),
+        ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
+        ('_schedules', 'next_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_job_id', 'text', false))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -131,12 +149,21 @@ BEGIN
                        'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
                        'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
-                       'created_at', 'finished_at', 'progress', 'progress_at']),
+                       'created_at', 'finished_at', 'concurrency_key', 'blocked_by', 'progress', 'progress_at']),
+        ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
+        ('submissions', ARRAY['submission_id', 'job_id', 'queue', 'created_at']),
+        ('checkpoints', ARRAY['job_id', 'step', 'value', 'generation', 'recorded_at']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
-                              'oldest_due_age', 'paused', 'notify']),
+                              'oldest_due_age', 'paused', 'notify', 'max_claimed',
+                              'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
+                              'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
-                               'failed_at', 'replayed_at', 'discarded_at']))
+                               'failed_at', 'replayed_at', 'discarded_at']),
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
+        ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
+                            'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
+                            'last_job_id']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -160,6 +187,7 @@ BEGIN
         ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
         ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL),
         ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
@@ -195,7 +223,7 @@ BEGIN
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
                     '_is_plain_time(timestamp with time zone)', '_new_job_id()',
                     '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
-                    'timestamp with time zone, integer, text, boolean)')
+                    'timestamp with time zone, integer, text, boolean, text, text[])')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (

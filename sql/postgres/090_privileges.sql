@@ -69,7 +69,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 -- installed. An existing role of these names that can log in is refused.
 --   fenceq_producer: submit, submit_batch, get_job, version
 --   fenceq_worker:   the producer's rights, every fenced worker function,
---                    reap, and the views
+--                    reap, tick, next_due, and the views
+--                    (and the named locks, docs/guarantees.md §15)
 --   fenceq_admin:    everything (queue settings, cancel, purge, dead
 --                    letters, verify_schema) and the views
 -- Private tables and _helpers are granted to nobody: everything goes
@@ -85,6 +86,7 @@ DECLARE
             'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
             'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
             'acknowledge_cancel', 'reap',
+            'tick', 'next_due', 'extend', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock',
             'progress'));
 BEGIN
     SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
@@ -123,9 +125,14 @@ BEGIN
                 EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
             END LOOP;
         END IF;
-        IF v_role <> 'fenceq_producer' THEN
-            EXECUTE format('GRANT SELECT ON fenceq.jobs, fenceq.attempts, fenceq.queue_stats, '
-                           'fenceq.dead_letters TO %I', v_role);
+        IF v_role <> 'fenceq_producer' THEN  -- every view: they show no claim token
+            FOR v_function IN
+                SELECT c.oid::regclass::text FROM pg_class AS c
+                  JOIN pg_namespace AS n ON n.oid = c.relnamespace
+                 WHERE n.nspname = 'fenceq' AND c.relkind = 'v'
+            LOOP
+                EXECUTE format('GRANT SELECT ON %s TO %I', v_function, v_role);
+            END LOOP;
         END IF;
     END LOOP;
 END

@@ -64,6 +64,75 @@ ALTER FUNCTION fenceq._backoff(attempt integer, base interval, factor double pre
 
 COMMENT ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) IS 'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
 
+SET default_table_access_method = heap;
+
+CREATE TABLE fenceq._jobs (
+    seq bigint NOT NULL,
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    queue text NOT NULL COLLATE pg_catalog."C",
+    task text NOT NULL COLLATE pg_catalog."C",
+    payload jsonb,
+    priority integer NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL COLLATE pg_catalog."C",
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    owner_id text COLLATE pg_catalog."C",
+    generation bigint DEFAULT 0 NOT NULL,
+    claim_token text COLLATE pg_catalog."C",
+    lease interval,
+    lease_expires_at timestamp with time zone,
+    budget_expires_at timestamp with time zone,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    pid integer,
+    result jsonb,
+    last_error text,
+    submission_id text COLLATE pg_catalog."C",
+    fingerprint text COLLATE pg_catalog."C",
+    active_key text COLLATE pg_catalog."C",
+    dlq_id text COLLATE pg_catalog."C",
+    created_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    concurrency_key text COLLATE pg_catalog."C",
+    blocked_by integer,
+    blocked_run_at timestamp with time zone,
+    progress jsonb,
+    progress_at timestamp with time zone,
+    CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
+    CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
+    CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
+)
+WITH (fillfactor='80');
+
+ALTER TABLE fenceq._jobs OWNER TO fenceq_owner;
+
+CREATE FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
+        PERFORM fenceq._notify_done(ARRAY[(_cancel_locked.job).job_id]);
+        RETURN 'cancelled';
+    END IF;
+    IF (_cancel_locked.job).status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        RETURN 'cancel_requested';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) IS 'Private. Cancel a locked job as cancel does (pending or forced -> cancelled, claimed -> cancel_requested); NULL for a terminal job, left unchanged.';
+
 CREATE FUNCTION fenceq._canonical_json(value jsonb) RETURNS text
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -123,6 +192,84 @@ $$;
 ALTER FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) IS 'Private. Validate the fence arrays of a batch call; returns their length.';
+
+CREATE FUNCTION fenceq._check_batch_graph(requests jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_cyclic bigint;
+    v_from bigint[];
+    v_to bigint[];
+    v_left bigint[];
+    v_round integer;
+BEGIN
+    PERFORM set_config('fenceq.batch_job_ids', coalesce((
+        SELECT jsonb_agg(r.value ->> 'job_id') FROM jsonb_array_elements(_check_batch_graph.requests) AS r
+         WHERE jsonb_typeof(r.value) = 'object' AND jsonb_typeof(r.value -> 'job_id') = 'string'), '[]')::text,
+        true);
+    -- Peel off, round by round, the elements with no dependency left inside
+    -- the batch. Chains are at most 16 deep, so 17 rounds peel every element
+    -- of a sound batch; what is left lies on a cycle, behind one, or too deep.
+    SELECT array_agg(n.i), array_agg(t.i) INTO v_from, v_to
+      FROM jsonb_array_elements(_check_batch_graph.requests) WITH ORDINALITY AS n(value, i)
+     CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(n.value -> 'depends_on') = 'array'
+                                                       THEN n.value -> 'depends_on' ELSE '[]' END) AS d(id)
+      JOIN jsonb_array_elements(_check_batch_graph.requests) WITH ORDINALITY AS t(value, i)
+        ON jsonb_typeof(t.value) = 'object' AND t.value ->> 'job_id' = d.id AND t.i <> n.i
+     WHERE jsonb_typeof(n.value) = 'object';
+    IF v_from IS NULL THEN
+        RETURN;
+    END IF;
+    v_left := ARRAY(SELECT DISTINCT x FROM unnest(v_from) AS x);
+    FOR v_round IN 1 .. 17 LOOP
+        v_left := ARRAY(SELECT DISTINCT e.f FROM unnest(v_from, v_to) AS e(f, t) WHERE e.t = ANY (v_left));
+        EXIT WHEN cardinality(v_left) = 0;
+    END LOOP;
+    v_cyclic := (SELECT min(x) - 1 FROM unnest(v_left) AS x);
+    IF v_cyclic IS NOT NULL THEN
+        PERFORM set_config('fenceq.batch_index', v_cyclic::text, true);
+        PERFORM fenceq._raise('QF100', 'the batch''s dependencies form a cycle or a chain deeper than 16');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_batch_graph(requests jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_batch_graph(requests jsonb) IS 'Private. Publish a batch''s explicit job ids for its dependencies and refuse a cycle among its elements (QF100).';
+
+CREATE FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) RETURNS text[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    IF cardinality(_check_dependencies.depends_on) = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF array_ndims(_check_dependencies.depends_on) <> 1 THEN
+        PERFORM fenceq._raise('QF100', 'depends_on must be a one-dimensional array');
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(_check_dependencies.depends_on) AS d(id)
+                WHERE NOT coalesce(length(d.id) BETWEEN 1 AND 36, false)) THEN
+        PERFORM fenceq._raise('QF102', 'depends_on must hold job ids of 1 to 36 characters');
+    END IF;
+    v_ids := ARRAY(SELECT DISTINCT d.id COLLATE "C" FROM unnest(_check_dependencies.depends_on) AS d(id)
+                    ORDER BY 1);
+    IF cardinality(v_ids) > 100 THEN
+        PERFORM fenceq._raise('QF100', 'a job may depend on at most 100 jobs');
+    END IF;
+    IF _check_dependencies.job_id = ANY (v_ids) THEN
+        PERFORM fenceq._raise('QF100', 'a job cannot depend on itself');
+    END IF;
+    RETURN v_ids;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) IS 'Private. A submit''s depends_on validated and canonical (distinct, sorted); QF100/QF102 otherwise.';
 
 CREATE FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -199,6 +346,21 @@ $_$;
 ALTER FUNCTION fenceq._check_json(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._check_json(value jsonb, what text) IS 'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
+
+CREATE FUNCTION fenceq._check_lock_token(token bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_lock_token.token IS NULL OR _check_lock_token.token < 1 THEN
+        PERFORM fenceq._raise('QF104', 'token must be a positive integer');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_lock_token(token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_lock_token(token bigint) IS 'Private. Refuse (QF104) a NULL fencing token or one below 1.';
 
 CREATE FUNCTION fenceq._check_name(value text, what text, max_length integer DEFAULT 255, nullable boolean DEFAULT false, code text DEFAULT 'QF102'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -304,46 +466,272 @@ ALTER FUNCTION fenceq._checkpoints_of(job_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._checkpoints_of(job_id text) IS 'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
 
-SET default_table_access_method = heap;
+CREATE FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[] DEFAULT '{}'::text[]) RETURNS integer[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+DECLARE
+    v_item text;
+    v_parts text[];
+    v_first integer;
+    v_last integer;
+    v_step integer;
+    v_values integer[] := '{}';
+BEGIN
+    FOREACH v_item IN ARRAY string_to_array(_cron_field.field, ',') LOOP
+        v_parts := regexp_match(v_item,
+            '^(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$');
+        -- A step needs a range (A/S alone is not classic cron).
+        IF v_parts IS NULL OR (v_parts[2] IS NOT NULL AND v_parts[3] IS NULL AND v_parts[4] IS NOT NULL) THEN
+            PERFORM fenceq._raise('QF100', format('cron expression does not parse (%s field)', _cron_field.what));
+        END IF;
+        IF v_parts[1] IS NOT NULL THEN
+            v_first := _cron_field.low;
+            v_last := _cron_field.high;
+        ELSE
+            v_first := fenceq._cron_value(v_parts[2], _cron_field.what, _cron_field.low, _cron_field.high,
+                                          _cron_field.names);
+            v_last := CASE WHEN v_parts[3] IS NULL THEN v_first
+                           ELSE fenceq._cron_value(v_parts[3], _cron_field.what, _cron_field.low,
+                                                   _cron_field.high, _cron_field.names) END;
+        END IF;
+        v_step := coalesce(v_parts[4]::integer, 1);
+        IF v_first > v_last OR v_step < 1 THEN
+            PERFORM fenceq._raise('QF100', format('cron expression is out of range (%s field)', _cron_field.what));
+        END IF;
+        v_values := v_values || ARRAY(SELECT generate_series(v_first, v_last, v_step));
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT v.value FROM unnest(v_values) AS v(value) ORDER BY v.value);
+END
+$_$;
 
-CREATE TABLE fenceq._jobs (
-    seq bigint NOT NULL,
-    job_id text NOT NULL COLLATE pg_catalog."C",
+ALTER FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) IS 'Private. The values a cron field allows, ascending; QF100 naming the field when it does not parse or is out of range.';
+
+CREATE FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_utc timestamptz := _cron_instant.local AT TIME ZONE 'UTC';
+    -- '24 hours', never '1 day': a day of timestamptz arithmetic follows the session's zone.
+    v_day_before timestamptz := v_utc - interval '24 hours';
+    v_day_after timestamptz := v_utc + interval '24 hours';
+    v_before interval := (v_day_before AT TIME ZONE _cron_instant.time_zone) - (v_day_before AT TIME ZONE 'UTC');
+    v_after interval := (v_day_after AT TIME ZONE _cron_instant.time_zone) - (v_day_after AT TIME ZONE 'UTC');
+    v_early timestamptz := v_utc - greatest(v_before, v_after);
+    v_late timestamptz := v_utc - least(v_before, v_after);
+    v_middle timestamptz;
+BEGIN
+    IF (v_early AT TIME ZONE _cron_instant.time_zone) = _cron_instant.local THEN
+        RETURN v_early;
+    END IF;
+    IF (v_late AT TIME ZONE _cron_instant.time_zone) = _cron_instant.local THEN
+        RETURN v_late;
+    END IF;
+    -- In a gap: the wall clock jumps past local between v_early and v_late.
+    WHILE v_late - v_early > interval '1 second' LOOP
+        v_middle := v_early + make_interval(secs => floor(extract(epoch FROM v_late - v_early) / 2));
+        IF (v_middle AT TIME ZONE _cron_instant.time_zone) >= _cron_instant.local THEN
+            v_late := v_middle;
+        ELSE
+            v_early := v_middle;
+        END IF;
+    END LOOP;
+    RETURN v_late;
+END
+$$;
+
+ALTER FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) IS 'Private. The first instant at which the local clock of a time zone reads a wall time or later: its first instance, or the end of the daylight-saving gap it falls in.';
+
+CREATE FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_text text;
+    v_fields text[];
+BEGIN
+    IF _cron_parse.cron IS NULL OR length(_cron_parse.cron) NOT BETWEEN 1 AND 255 THEN
+        PERFORM fenceq._raise('QF100', 'cron expression must be a string of 1 to 255 characters');
+    END IF;
+    IF octet_length(_cron_parse.cron) <> length(_cron_parse.cron) THEN
+        PERFORM fenceq._raise('QF100', 'cron expression does not parse');
+    END IF;
+    v_text := btrim(_cron_parse.cron, E' \t');
+    IF left(v_text, 1) = '@' THEN
+        v_text := CASE lower(v_text COLLATE "C")
+                      WHEN '@hourly' THEN '0 * * * *' WHEN '@daily' THEN '0 0 * * *'
+                      WHEN '@weekly' THEN '0 0 * * 0' WHEN '@monthly' THEN '0 0 1 * *'
+                      WHEN '@yearly' THEN '0 0 1 1 *' END;
+        IF v_text IS NULL THEN
+            PERFORM fenceq._raise('QF100', 'cron expression names an unknown macro');
+        END IF;
+    END IF;
+    v_fields := regexp_split_to_array(v_text, E'[ \t]+');
+    IF cardinality(v_fields) <> 5 THEN
+        PERFORM fenceq._raise('QF100', 'cron expression must have five fields');
+    END IF;
+    minutes := fenceq._cron_field(v_fields[1], 'minute', 0, 59);
+    hours := fenceq._cron_field(v_fields[2], 'hour', 0, 23);
+    days := fenceq._cron_field(v_fields[3], 'day of month', 1, 31);
+    months := fenceq._cron_field(v_fields[4], 'month', 1, 12,
+        '{JAN,FEB,MAR,APR,MAY,JUN,JUL,AUG,SEP,OCT,NOV,DEC}');
+    weekdays := ARRAY(SELECT DISTINCT w.value % 7
+                        FROM unnest(fenceq._cron_field(v_fields[5], 'day of week', 0, 7,
+                                                       '{SUN,MON,TUE,WED,THU,FRI,SAT}')) AS w(value)
+                       ORDER BY 1);
+    days_and := left(v_fields[3], 1) = '*' OR left(v_fields[5], 1) = '*';
+    -- With a day of month required, some allowed month must have that day
+    -- (February has a 29th in leap years); any weekday comes round.
+    IF days_and AND NOT EXISTS (
+        SELECT 1 FROM unnest(months) AS m(month), unnest(days) AS d(day)
+         WHERE d.day <= ('{31,29,31,30,31,30,31,31,30,31,30,31}'::integer[])[m.month]) THEN
+        PERFORM fenceq._raise('QF100', 'cron expression can never fire');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) IS 'Private. A cron expression as the allowed values of its fields and whether day of month and day of week must both match; QF100 when it does not parse or can never fire.';
+
+CREATE TABLE fenceq._schedules (
+    schedule text NOT NULL COLLATE pg_catalog."C",
     queue text NOT NULL COLLATE pg_catalog."C",
     task text NOT NULL COLLATE pg_catalog."C",
+    cron text NOT NULL COLLATE pg_catalog."C",
+    time_zone text NOT NULL COLLATE pg_catalog."C",
     payload jsonb,
-    priority integer NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL COLLATE pg_catalog."C",
-    attempts integer DEFAULT 0 NOT NULL,
-    max_attempts integer NOT NULL,
-    run_at timestamp with time zone NOT NULL,
-    expires_at timestamp with time zone,
-    owner_id text COLLATE pg_catalog."C",
-    generation bigint DEFAULT 0 NOT NULL,
-    claim_token text COLLATE pg_catalog."C",
-    lease interval,
-    lease_expires_at timestamp with time zone,
-    budget_expires_at timestamp with time zone,
-    cancel_requested boolean DEFAULT false NOT NULL,
-    pid integer,
-    result jsonb,
-    last_error text,
-    submission_id text COLLATE pg_catalog."C",
-    fingerprint text COLLATE pg_catalog."C",
+    priority integer,
+    max_attempts integer,
     active_key text COLLATE pg_catalog."C",
-    dlq_id text COLLATE pg_catalog."C",
-    created_at timestamp with time zone NOT NULL,
-    finished_at timestamp with time zone,
-    concurrency_key text COLLATE pg_catalog."C",
-    progress jsonb,
-    progress_at timestamp with time zone,
-    CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
-    CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
-    CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
-)
-WITH (fillfactor='80');
+    paused boolean NOT NULL,
+    cron_minutes integer[] NOT NULL,
+    cron_hours integer[] NOT NULL,
+    cron_days integer[] NOT NULL,
+    cron_months integer[] NOT NULL,
+    cron_weekdays integer[] NOT NULL,
+    cron_days_and boolean NOT NULL,
+    next_run_at timestamp with time zone,
+    last_run_at timestamp with time zone,
+    last_job_id text COLLATE pg_catalog."C"
+);
 
-ALTER TABLE fenceq._jobs OWNER TO fenceq_owner;
+ALTER TABLE fenceq._schedules OWNER TO fenceq_owner;
+
+CREATE FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_zone text := _cron_step.schedule.time_zone;
+    v_local timestamp := _cron_step.instant AT TIME ZONE v_zone;
+    v_day_before timestamptz := _cron_step.instant - interval '24 hours';
+    v_direction integer := CASE WHEN _cron_step.forward THEN 1 ELSE -1 END;
+    v_start timestamp;
+    v_start_day date;
+    v_start_hour integer;
+    v_start_minute integer;
+    v_limit date;
+    v_day date;
+    v_hours integer[];
+    v_minutes integer[];
+    v_hour integer;
+    v_minute integer;
+    v_at timestamptz;
+BEGIN
+    IF _cron_step.forward THEN
+        v_start := date_trunc('minute', v_local) + interval '1 minute';
+        v_hours := _cron_step.schedule.cron_hours;
+        v_minutes := _cron_step.schedule.cron_minutes;
+    ELSE
+        v_start := date_trunc('minute', v_local + greatest(
+            ((v_day_before AT TIME ZONE v_zone) - (v_day_before AT TIME ZONE 'UTC'))
+            - (v_local - (_cron_step.instant AT TIME ZONE 'UTC')), interval '0'));
+        v_hours := ARRAY(SELECT h.value FROM unnest(_cron_step.schedule.cron_hours) WITH ORDINALITY AS h(value, i)
+                          ORDER BY h.i DESC);
+        v_minutes := ARRAY(SELECT m.value FROM unnest(_cron_step.schedule.cron_minutes) WITH ORDINALITY AS m(value, i)
+                            ORDER BY m.i DESC);
+    END IF;
+    v_start_day := v_start::date;
+    v_start_hour := extract(hour FROM v_start)::integer;
+    v_start_minute := extract(minute FROM v_start)::integer;
+    v_limit := CASE WHEN _cron_step.forward THEN least(v_start_day + 10227, date '9999-12-30')
+                    ELSE greatest(v_start_day - 10227, date '0001-01-03') END;
+    v_day := v_start_day;
+    WHILE CASE WHEN _cron_step.forward THEN v_day <= v_limit ELSE v_day >= v_limit END LOOP
+        IF NOT extract(month FROM v_day)::integer = ANY (_cron_step.schedule.cron_months) THEN
+            -- On to the first day of the next month, or the last of the previous.
+            IF make_date(extract(year FROM v_day)::integer, extract(month FROM v_day)::integer, 1)
+               = (CASE WHEN _cron_step.forward THEN date '9999-12-01' ELSE date '0001-01-01' END) THEN
+                RETURN NULL;
+            END IF;
+            v_day := CASE WHEN _cron_step.forward
+                          THEN make_date(extract(year FROM v_day)::integer + extract(month FROM v_day)::integer / 12,
+                                         extract(month FROM v_day)::integer % 12 + 1, 1)
+                          ELSE make_date(extract(year FROM v_day)::integer, extract(month FROM v_day)::integer, 1) - 1
+                     END;
+            CONTINUE;
+        END IF;
+        -- (Parenthesised: IF would take the first THEN as its own.)
+        IF (CASE WHEN _cron_step.schedule.cron_days_and
+                 THEN extract(day FROM v_day)::integer = ANY (_cron_step.schedule.cron_days)
+                      AND extract(dow FROM v_day)::integer = ANY (_cron_step.schedule.cron_weekdays)
+                 ELSE extract(day FROM v_day)::integer = ANY (_cron_step.schedule.cron_days)
+                      OR extract(dow FROM v_day)::integer = ANY (_cron_step.schedule.cron_weekdays) END) THEN
+            FOREACH v_hour IN ARRAY v_hours LOOP
+                CONTINUE WHEN v_day = v_start_day AND (v_hour - v_start_hour) * v_direction < 0;
+                FOREACH v_minute IN ARRAY v_minutes LOOP
+                    CONTINUE WHEN v_day = v_start_day AND v_hour = v_start_hour
+                                  AND (v_minute - v_start_minute) * v_direction < 0;
+                    v_at := fenceq._cron_instant(v_day + make_time(v_hour, v_minute, 0), v_zone);
+                    IF (CASE WHEN _cron_step.forward THEN v_at > _cron_step.instant
+                             ELSE v_at <= _cron_step.instant END) THEN
+                        RETURN v_at;
+                    END IF;
+                END LOOP;
+            END LOOP;
+        END IF;
+        v_day := v_day + v_direction;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) IS 'Private. A schedule''s first occurrence after an instant (forward) or last at or before it; NULL when none lies within 28 years.';
+
+CREATE FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $_$
+DECLARE
+    v_value integer;
+BEGIN
+    IF _cron_value.token ~ '^[0-9]+$' THEN
+        v_value := _cron_value.token::integer;
+    ELSE
+        -- COLLATE "C": ASCII case mapping only, whatever the database's locale.
+        v_value := _cron_value.low + array_position(_cron_value.names, upper(_cron_value.token COLLATE "C")) - 1;
+        IF v_value IS NULL THEN
+            PERFORM fenceq._raise('QF100', format('cron expression does not parse (%s field)', _cron_value.what));
+        END IF;
+    END IF;
+    IF v_value NOT BETWEEN _cron_value.low AND _cron_value.high THEN
+        PERFORM fenceq._raise('QF100', format('cron expression is out of range (%s field)', _cron_value.what));
+    END IF;
+    RETURN v_value;
+END
+$_$;
+
+ALTER FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) IS 'Private. A cron field''s number or name as its value within the field''s range; QF100 otherwise.';
 
 CREATE FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -363,7 +751,7 @@ ALTER FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp w
 
 COMMENT ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) IS 'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
 
-CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
@@ -371,21 +759,44 @@ BEGIN
     RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
         fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
         _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
-        _fingerprint.active_key, _fingerprint.force);
+        _fingerprint.active_key, _fingerprint.force, _fingerprint.concurrency_key, _fingerprint.depends_on);
 END
 $$;
 
-ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+COMMENT ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
 
-CREATE FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+CREATE FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN ('fq1:'::text || encode(sha256(convert_to((((((((((((((((((((((('{"active_key":'::text || COALESCE((to_json(active_key))::text, 'null'::text)) || ',"expires_at":'::text) || CASE WHEN (expires_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((expires_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"force":'::text) || CASE WHEN COALESCE(force, false) THEN 'true'::text ELSE 'false'::text END) || ',"job_id":'::text) || COALESCE((to_json(job_id))::text, 'null'::text)) || ',"max_attempts":'::text) || COALESCE((max_attempts)::text, 'null'::text)) || ',"payload":'::text) || canonical_payload) || ',"priority":'::text) || COALESCE((priority)::text, 'null'::text)) || ',"queue":'::text) || (to_json(queue))::text) || ',"run_at":'::text) || CASE WHEN (run_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((run_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"submission_id":'::text) || (to_json(submission_id))::text) || ',"task":'::text) || (to_json(task))::text) || ',"v":1}'::text), 'UTF8'::name)), 'hex'::text));
+    RETURN ('fq1:'::text || encode(sha256(convert_to((((((((((((((((((((((((('{"active_key":'::text || COALESCE((to_json(active_key))::text, 'null'::text)) || CASE WHEN (concurrency_key IS NULL) THEN ''::text ELSE (',"concurrency_key":'::text || (to_json(concurrency_key))::text) END) || CASE WHEN (depends_on IS NULL) THEN ''::text ELSE (',"depends_on":'::text || (to_json(depends_on))::text) END) || ',"expires_at":'::text) || CASE WHEN (expires_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((expires_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"force":'::text) || CASE WHEN COALESCE(force, false) THEN 'true'::text ELSE 'false'::text END) || ',"job_id":'::text) || COALESCE((to_json(job_id))::text, 'null'::text)) || ',"max_attempts":'::text) || COALESCE((max_attempts)::text, 'null'::text)) || ',"payload":'::text) || canonical_payload) || ',"priority":'::text) || COALESCE((priority)::text, 'null'::text)) || ',"queue":'::text) || (to_json(queue))::text) || ',"run_at":'::text) || CASE WHEN (run_at IS NULL) THEN 'null'::text ELSE (to_json(to_char((run_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text)))::text END) || ',"submission_id":'::text) || (to_json(submission_id))::text) || ',"task":'::text) || (to_json(task))::text) || ',"v":1}'::text), 'UTF8'::name)), 'hex'::text));
 
-ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
+COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
+
+CREATE FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    v_lock fenceq._locks;
+    v_now timestamptz;
+BEGIN
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = _hold_lock.lock FOR NO KEY UPDATE;
+    v_now := clock_timestamp();  -- read after the row lock is held
+    IF v_lock.owner_id = _hold_lock.owner_id AND v_lock.token = _hold_lock.token AND v_lock.expires_at > v_now THEN
+        RETURN v_now;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) IS 'Private. Lock a named lock''s row, then judge the hold on a clock read after the lock: that reading when this owner holds it live with this token, else NULL.';
 
 CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -522,6 +933,29 @@ ALTER FUNCTION fenceq._json_text(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._json_text(value jsonb, what text) IS 'Private. A JSON string field as text (NULL for null); QF102 for another type.';
 
+CREATE FUNCTION fenceq._json_text_array(value jsonb, what text) RETURNS text[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _json_text_array.value IS NULL OR jsonb_typeof(_json_text_array.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text_array.value) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', _json_text_array.what || ' must be a JSON array');
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(_json_text_array.value) AS e
+                WHERE jsonb_typeof(e.value) <> 'string') THEN
+        PERFORM fenceq._raise('QF102', _json_text_array.what || ' must hold strings');
+    END IF;
+    RETURN ARRAY(SELECT jsonb_array_elements_text(_json_text_array.value));
+END
+$$;
+
+ALTER FUNCTION fenceq._json_text_array(value jsonb, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._json_text_array(value jsonb, what text) IS 'Private. A JSON array of strings as text[] (NULL for null); QF100/QF102 otherwise.';
+
 CREATE FUNCTION fenceq._json_time(value jsonb, what text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -563,6 +997,57 @@ $_$;
 ALTER FUNCTION fenceq._json_time(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._json_time(value jsonb, what text) IS 'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE FUNCTION fenceq._lock_dependencies(depends_on text[]) RETURNS TABLE(blocked_by integer, failed boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_found text[];
+    v_statuses text[];
+    v_batch text[];
+    v_missing integer;
+    v_depth integer;
+BEGIN
+    SELECT array_agg(j.job_id), array_agg(j.status) INTO v_found, v_statuses FROM (
+        SELECT j.job_id, j.status FROM fenceq._jobs AS j
+         WHERE j.job_id = ANY (_lock_dependencies.depends_on)
+         ORDER BY j.job_id
+           FOR SHARE) AS j;
+    v_batch := ARRAY(SELECT jsonb_array_elements_text(
+        coalesce(nullif(current_setting('fenceq.batch_job_ids', true), ''), '[]')::jsonb));
+    SELECT count(*) INTO v_missing FROM unnest(_lock_dependencies.depends_on) AS d(id)
+     WHERE d.id <> ALL (coalesce(v_found, '{}'));
+    IF EXISTS (SELECT 1 FROM unnest(_lock_dependencies.depends_on) AS d(id)
+                WHERE d.id <> ALL (coalesce(v_found, '{}')) AND d.id <> ALL (v_batch)) THEN
+        PERFORM fenceq._raise('QF100', 'a dependency names no job');
+    END IF;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (_lock_dependencies.depends_on)
+                GROUP BY d.depends_on HAVING count(*) >= 1000) THEN
+        PERFORM fenceq._raise('QF100', 'a job may have at most 1000 dependents');
+    END IF;
+    WITH RECURSIVE up(job_id, depth) AS (
+        SELECT d.id COLLATE "C", 1 FROM unnest(_lock_dependencies.depends_on) AS d(id)
+        UNION
+        SELECT e.depends_on, u.depth + 1 FROM up AS u JOIN fenceq._dependencies AS e ON e.job_id = u.job_id
+         WHERE u.depth <= 16)
+    SELECT max(u.depth) INTO v_depth FROM up AS u;
+    IF v_depth > 16 THEN
+        PERFORM fenceq._raise('QF100', 'dependency chains may be at most 16 deep');
+    END IF;
+    blocked_by := v_missing + (SELECT count(*) FROM unnest(v_statuses) AS s(status)
+                                WHERE s.status IN ('pending', 'claimed'));
+    failed := coalesce('failed' = ANY (v_statuses) OR 'cancelled' = ANY (v_statuses)
+                       OR 'expired' = ANY (v_statuses), false);
+    RETURN NEXT;
+END
+$$;
+
+ALTER FUNCTION fenceq._lock_dependencies(depends_on text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._lock_dependencies(depends_on text[]) IS 'Private. Lock a submit''s dependencies FOR SHARE and count the unfinished ones; QF100 for unknown ones or graphs past the bounds.';
 
 CREATE FUNCTION fenceq._lock_identities(keys text[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -651,6 +1136,79 @@ ALTER FUNCTION fenceq._notify_jobs(queue text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._notify_jobs(queue text) IS 'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
 
+CREATE FUNCTION fenceq._pick_limited(queue text, wanted integer) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_now timestamptz;
+    v_allowed integer := _pick_limited.wanted;
+    v_full text[] := '{}';
+    v_taken text[] := '{}';
+    v_job fenceq._jobs;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _pick_limited.queue FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+    IF v_queue.max_claimed IS NOT NULL THEN
+        v_allowed := least(v_allowed, v_queue.max_claimed - (
+            SELECT count(*) FROM fenceq._jobs AS j WHERE j.queue = v_queue.queue AND j.status = 'claimed'));
+    END IF;
+    IF v_queue.rate_limit IS NOT NULL THEN
+        DELETE FROM fenceq._rate_window AS r
+         WHERE r.queue = v_queue.queue AND r.claimed_at <= v_now - v_queue.rate_period;
+        v_allowed := least(v_allowed, v_queue.rate_limit - (
+            SELECT count(*) FROM fenceq._rate_window AS r WHERE r.queue = v_queue.queue));
+    END IF;
+    IF v_allowed <= 0 THEN
+        RETURN NULL;
+    END IF;
+    IF v_queue.max_claimed_per_key IS NULL THEN
+        RETURN ARRAY(
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT v_allowed
+               FOR UPDATE SKIP LOCKED);
+    END IF;
+    -- Per key: the keys already at their limit, then one pick at a time
+    -- (a pick can fill its key).
+    v_full := ARRAY(
+        SELECT j.concurrency_key FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+         GROUP BY j.concurrency_key HAVING count(*) >= v_queue.max_claimed_per_key);
+    WHILE cardinality(v_taken) < v_allowed LOOP
+        SELECT * INTO v_job FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+           AND (j.expires_at IS NULL OR j.expires_at > v_now)
+           AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_full))
+           AND j.job_id <> ALL (v_taken)
+         ORDER BY j.priority DESC, j.run_at, j.seq
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        v_taken := v_taken || v_job.job_id;
+        IF v_job.concurrency_key IS NOT NULL AND (
+            SELECT count(*) FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'claimed'
+               AND j.concurrency_key = v_job.concurrency_key)
+            + (SELECT count(*) FROM fenceq._jobs AS j
+                WHERE j.job_id = ANY (v_taken) AND j.concurrency_key = v_job.concurrency_key)
+            >= v_queue.max_claimed_per_key THEN
+            v_full := v_full || v_job.concurrency_key;
+        END IF;
+    END LOOP;
+    RETURN nullif(v_taken, '{}');
+END
+$$;
+
+ALTER FUNCTION fenceq._pick_limited(queue text, wanted integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._pick_limited(queue text, wanted integer) IS 'Private. Lock and return, in claim order, the due jobs of a queue with limits that its limits allow now.';
+
 CREATE FUNCTION fenceq._raise(code text, message text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -700,6 +1258,7 @@ BEGIN
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
      WHERE j.job_id = (_retry_or_fail.job).job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[(_retry_or_fail.job).job_id], false);
     IF v_queue.notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
     END IF;
@@ -748,7 +1307,82 @@ ALTER FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) OWNE
 
 COMMENT ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) IS 'Private. Set a queue''s paused or notify flag; true when it changed.';
 
-CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) RETURNS text
+CREATE FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_targets text[];
+    v_now timestamptz;
+    v_queue text;
+    v_job text;
+BEGIN
+    IF _settle_dependents.completed THEN
+        v_targets := ARRAY(SELECT DISTINCT d.job_id FROM fenceq._dependencies AS d
+                            WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+                            ORDER BY 1);
+    ELSE
+        WITH RECURSIVE down(job_id, depth) AS (
+            SELECT d.job_id, 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (_settle_dependents.job_ids)
+            UNION
+            SELECT d.job_id, w.depth + 1 FROM down AS w JOIN fenceq._dependencies AS d ON d.depends_on = w.job_id
+             WHERE w.depth <= 17)
+        SELECT ARRAY(SELECT DISTINCT w.job_id FROM down AS w ORDER BY 1) INTO v_targets;
+    END IF;
+    IF cardinality(v_targets) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_targets) ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF _settle_dependents.completed THEN
+        FOR v_queue IN
+            WITH satisfied AS (
+                UPDATE fenceq._dependencies AS d SET satisfied = true
+                 WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+                RETURNING d.job_id),
+            counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
+            released AS (
+                UPDATE fenceq._jobs AS j
+                   SET blocked_by = nullif(j.blocked_by - c.n, 0),
+                       run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
+                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
+                  FROM counted AS c
+                 WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
+                RETURNING j.queue, j.blocked_by IS NULL AND j.run_at <= v_now AS due)
+            SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
+             WHERE r.due AND q.notify
+        LOOP
+            PERFORM pg_notify('fenceq_jobs', v_queue);
+        END LOOP;
+        RETURN;
+    END IF;
+    FOR v_job IN
+        WITH cancelled AS (
+            UPDATE fenceq._jobs AS j
+               SET status = 'cancelled', last_error = 'dependency_failed', finished_at = v_now,
+                   lease_expires_at = NULL, pid = NULL
+              FROM (SELECT j.job_id, j.status AS was FROM fenceq._jobs AS j
+                     WHERE j.job_id = ANY (v_targets) AND j.status IN ('pending', 'claimed')) AS o
+             WHERE j.job_id = o.job_id
+            RETURNING j.job_id, o.was)
+        SELECT c.job_id FROM cancelled AS c WHERE c.was = 'claimed' ORDER BY c.job_id
+    LOOP
+        PERFORM pg_notify('fenceq_control', v_job);
+    END LOOP;
+    -- fenceq_done (part 58) for the jobs cancelled just now: at this reading.
+    PERFORM fenceq._notify_done(ARRAY(SELECT j.job_id FROM fenceq._jobs AS j
+                                       WHERE j.job_id = ANY (v_targets) AND j.status = 'cancelled'
+                                         AND j.finished_at = v_now));
+END
+$$;
+
+ALTER FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) IS 'Private. Count a completed job off its dependents (releasing those left with none), or cancel every job that transitively depends on a job that did not complete.';
+
+CREATE FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -766,6 +1400,9 @@ DECLARE
     v_run_at timestamptz;
     v_holder text;
     v_round integer := 0;
+    v_depends_on text[];
+    v_blocked_by integer;
+    v_dependency_failed boolean := false;
 BEGIN
     -- Fast path for the usual well-formed call (one expression); otherwise
     -- the checks run one by one and name what is wrong.
@@ -773,6 +1410,7 @@ BEGIN
                     AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
                     AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
                     AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.concurrency_key) BETWEEN 1 AND 255, true)
                     AND coalesce(_submit.max_attempts >= 1, true)
                     AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
         PERFORM fenceq._check_name(_submit.queue, 'queue');
@@ -780,6 +1418,7 @@ BEGIN
         PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
         PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
         PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        PERFORM fenceq._check_name(_submit.concurrency_key, 'concurrency_key', nullable => true);
         IF _submit.max_attempts < 1 THEN
             PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
         END IF;
@@ -788,6 +1427,9 @@ BEGIN
     END IF;
     IF v_payload IS NOT NULL THEN
         PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
+    IF _submit.depends_on IS NOT NULL THEN
+        v_depends_on := fenceq._check_dependencies(_submit.depends_on, _submit.job_id);
     END IF;
 
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
@@ -803,7 +1445,8 @@ BEGIN
     IF _submit.submission_id IS NOT NULL THEN
         v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
             _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
-            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force);
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force, _submit.concurrency_key,
+            v_depends_on);
         SELECT * INTO v_existing FROM fenceq._submissions AS s
          WHERE s.submission_id = _submit.submission_id;
         IF FOUND THEN
@@ -838,13 +1481,23 @@ BEGIN
     END IF;
 
     v_run_at := coalesce(_submit.run_at, v_now);
+    IF v_depends_on IS NOT NULL THEN
+        SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
+          FROM fenceq._lock_dependencies(v_depends_on) AS d;
+    END IF;
     LOOP
-        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, active_key, created_at)
-        VALUES (v_job_id, _submit.queue, _submit.task, v_payload,
-            coalesce(_submit.priority, 0), coalesce(_submit.max_attempts, v_queue.max_attempts),
-            v_run_at, _submit.expires_at, _submit.submission_id, v_fingerprint,
-            _submit.active_key, v_now)
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at, concurrency_key,
+            blocked_by, blocked_run_at, last_error, finished_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload, coalesce(_submit.priority, 0),
+            CASE WHEN v_dependency_failed THEN 'cancelled' ELSE 'pending' END,
+            coalesce(_submit.max_attempts, v_queue.max_attempts),
+            CASE WHEN v_blocked_by > 0 THEN 'infinity' ELSE v_run_at END,
+            _submit.expires_at, _submit.submission_id, v_fingerprint,
+            CASE WHEN v_dependency_failed THEN NULL ELSE _submit.active_key END, v_now, _submit.concurrency_key,
+            nullif(v_blocked_by, 0), CASE WHEN v_blocked_by > 0 THEN v_run_at END,
+            CASE WHEN v_dependency_failed THEN 'dependency_failed' END,
+            CASE WHEN v_dependency_failed THEN v_now END)
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
 
@@ -866,20 +1519,47 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
+        PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
         PERFORM fenceq._notify_done(ARRAY[v_holder]);
     END LOOP;
 
-    IF v_run_at <= v_now AND v_queue.notify THEN
+    IF v_depends_on IS NOT NULL THEN
+        INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
+        SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
+          FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+    END IF;
+    IF v_run_at <= v_now AND coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
         PERFORM pg_notify('fenceq_jobs', _submit.queue);
     END IF;
     RETURN v_job_id;
 END
 $$;
 
-ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Private. The body of submit, shared with submit_batch.';
+COMMENT ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private. The body of submit, shared with submit_batch.';
+
+CREATE FUNCTION fenceq._try_lock_identities(keys text[]) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_key text;
+BEGIN
+    FOREACH v_key IN ARRAY _try_lock_identities.keys LOOP
+        CONTINUE WHEN v_key IS NULL;
+        IF NOT pg_try_advisory_xact_lock(hashtextextended(v_key, 0)) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq._try_lock_identities(keys text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._try_lock_identities(keys text[]) IS 'Private. Try the advisory transaction locks of identity keys without waiting; false when one is held elsewhere.';
 
 CREATE FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -900,6 +1580,7 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[acknowledge_cancel.job_id], false);
     PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
     RETURN true;
 END
@@ -908,6 +1589,49 @@ $$;
 ALTER FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) IS 'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
+
+CREATE FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock fenceq._locks;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(acquire_lock.lock, 'lock');
+    PERFORM fenceq._check_name(acquire_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_interval(acquire_lock.ttl, 'ttl', nullable => false);
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = acquire_lock.lock FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO fenceq._locks AS l (lock, token) VALUES (acquire_lock.lock, 0)
+        ON CONFLICT (lock) DO NOTHING;
+        SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = acquire_lock.lock FOR UPDATE;
+    END IF;
+    v_now := clock_timestamp();  -- read after the row lock is held
+    IF v_lock.expires_at > v_now THEN
+        IF v_lock.owner_id <> acquire_lock.owner_id THEN
+            RETURN NULL;
+        END IF;
+        UPDATE fenceq._locks AS l SET expires_at = v_now + acquire_lock.ttl WHERE l.lock = acquire_lock.lock;
+        RETURN v_lock.token;
+    END IF;
+    IF v_lock.token = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF304', 'the lock''s token is exhausted');
+    END IF;
+    UPDATE fenceq._locks AS l
+       SET owner_id = acquire_lock.owner_id, token = l.token + 1, expires_at = v_now + acquire_lock.ttl
+     WHERE l.lock = acquire_lock.lock
+    RETURNING l.token INTO v_lock.token;
+    RETURN v_lock.token;
+END
+$$;
+
+ALTER FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) IS 'Take a named lock for ttl: its new fencing token (larger than every earlier one), the same token renewed for its live holder, or NULL while another owner holds it. QF304 when the token is exhausted.';
 
 CREATE FUNCTION fenceq.alter_queue(queue text, lease interval DEFAULT NULL::interval, max_attempts integer DEFAULT NULL::integer, backoff_base interval DEFAULT NULL::interval, backoff_factor double precision DEFAULT NULL::double precision, backoff_max interval DEFAULT NULL::interval, dead_letter boolean DEFAULT NULL::boolean) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -960,15 +1684,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF v_job.status = 'pending' OR (v_job.status = 'claimed' AND cancel.force) THEN
-        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
-         WHERE j.job_id = cancel.job_id;
-        PERFORM fenceq._notify_done(ARRAY[cancel.job_id]);
-        v_answer := 'cancelled';
-    ELSIF v_job.status = 'claimed' THEN
-        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = cancel.job_id;
-        v_answer := 'cancel_requested';
-    ELSE
+    v_answer := fenceq._cancel_locked(v_job, cancel.force);
+    IF v_answer IS NULL THEN
         RETURN v_job.status;
     END IF;
     PERFORM pg_notify('fenceq_control', cancel.job_id);
@@ -979,6 +1696,89 @@ $$;
 ALTER FUNCTION fenceq.cancel(job_id text, force boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.cancel(job_id text, force boolean) IS 'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+CREATE FUNCTION fenceq.cancel_matching(queue text, task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 10000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_changed integer := 0;
+BEGIN
+    PERFORM fenceq._check_name(cancel_matching.queue, 'queue');
+    PERFORM fenceq._check_name(cancel_matching.task, 'task', nullable => true);
+    IF jsonb_typeof(cancel_matching.payload_contains) NOT IN ('object', 'array') THEN
+        PERFORM fenceq._raise('QF100', 'payload_contains must be a JSON object or array');
+    END IF;
+    PERFORM fenceq._check_json(cancel_matching.payload_contains, 'payload_contains');
+    IF cancel_matching.include_claimed IS NULL OR cancel_matching.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'include_claimed and force are required');
+    END IF;
+    IF cancel_matching.force AND NOT cancel_matching.include_claimed THEN
+        PERFORM fenceq._raise('QF100', 'force applies to claimed jobs: it needs include_claimed');
+    END IF;
+    IF cancel_matching.max_rows IS NULL OR cancel_matching.max_rows NOT BETWEEN 1 AND 100000 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be an integer from 1 to 100000');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = cancel_matching.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.job_id IN (
+                SELECT m.job_id FROM fenceq._jobs AS m
+                 WHERE m.queue = cancel_matching.queue
+                   AND (m.status = 'pending'
+                        OR (cancel_matching.include_claimed AND m.status = 'claimed'
+                            AND (cancel_matching.force OR NOT m.cancel_requested)))
+                   AND (cancel_matching.task IS NULL OR m.task = cancel_matching.task)
+                   AND (cancel_matching.payload_contains IS NULL OR m.payload @> cancel_matching.payload_contains)
+                 ORDER BY m.seq
+                 LIMIT cancel_matching.max_rows)
+           -- Judged again on the row as it is once locked.
+           AND (j.status = 'pending'
+                OR (cancel_matching.include_claimed AND j.status = 'claimed'
+                    AND (cancel_matching.force OR NOT j.cancel_requested)))
+         ORDER BY j.job_id
+           FOR UPDATE OF j
+    LOOP
+        PERFORM fenceq._cancel_locked(v_job, cancel_matching.force);
+        IF v_job.status = 'claimed' THEN
+            PERFORM pg_notify('fenceq_control', v_job.job_id);
+        END IF;
+        v_changed := v_changed + 1;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+
+ALTER FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) IS 'Cancel, as cancel would, up to max_rows pending (with include_claimed, also claimed) jobs of a queue matching task and payload_contains (@>), oldest first; returns how many changed, notifying fenceq_control for each claimed one. Admins only.';
+
+CREATE FUNCTION fenceq.check_lock(lock text, token bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock fenceq._locks;
+BEGIN
+    PERFORM fenceq._check_name(check_lock.lock, 'lock');
+    PERFORM fenceq._check_lock_token(check_lock.token);
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = check_lock.lock FOR KEY SHARE;
+    -- The clock is read here, after the row lock is held.
+    RETURN coalesce(v_lock.token = check_lock.token AND v_lock.expires_at > clock_timestamp(), false);
+END
+$$;
+
+ALTER FUNCTION fenceq.check_lock(lock text, token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.check_lock(lock text, token bigint) IS 'True while the token is the live holder''s of a named lock. Holds the lock row until the caller''s transaction ends, so no owner acquires it meanwhile: call it in the transaction that makes the fenced writes.';
 
 CREATE FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1037,6 +1837,8 @@ DECLARE
     v_queue fenceq._queues;
     v_active text[];
     v_known integer;
+    v_limited text[];
+    v_offered text[] := '{}';
     v_now timestamptz;
     v_picked text[];
     v_claims fenceq.claim[];
@@ -1081,7 +1883,12 @@ BEGIN
         IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF NOT v_queue.paused THEN
+        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
+                                               v_queue.rate_limit) > 0 THEN
+            v_picked := fenceq._pick_limited(v_queue.queue, v_count);
+            v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                                    WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
+        ELSIF NOT v_queue.paused THEN
             SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
               INTO v_picked, v_exhausted FROM (
                 SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
@@ -1094,13 +1901,23 @@ BEGIN
                        FOR UPDATE SKIP LOCKED) AS j) AS p;
         END IF;
     ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused), count(*)
-          INTO v_active, v_known
-          FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues);
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
+               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
+          INTO v_active, v_limited, v_known
+          FROM (SELECT q.queue, q.paused,
+                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
+                  FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues)) AS q;
         IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
         END IF;
-        IF v_active IS NOT NULL THEN
+        -- Queues with limits offer what their limits allow (locking their
+        -- rows in name order, so claimers never deadlock); the merge below
+        -- takes the best of those and of the other queues' heads.
+        IF v_limited IS NOT NULL THEN
+            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
+                                 FROM unnest(v_limited) AS l(name));
+        END IF;
+        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
             EXECUTE $sql$
@@ -1116,9 +1933,12 @@ BEGIN
                          ORDER BY j.priority DESC, j.run_at, j.seq
                          LIMIT $2
                            FOR UPDATE OF j SKIP LOCKED) AS c
-                     ORDER BY c.priority DESC, c.run_at, c.seq
+                    UNION ALL
+                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
+                     ORDER BY priority DESC, run_at, seq
                      LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING v_active, v_count, v_now;
+            $sql$ INTO v_picked, v_exhausted USING coalesce(v_active, '{}'), v_count, v_now, v_offered;
         END IF;
     END IF;
 
@@ -1158,7 +1978,10 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token),
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated),
+    rated AS (
+        INSERT INTO fenceq._rate_window (queue, claimed_at)
+        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
@@ -1200,6 +2023,7 @@ DECLARE
     v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
     v_old_generation bigint;
     v_recorded boolean;
+    v_limited boolean;
 BEGIN
     IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
                     AND length(claim_next.queues[1]) BETWEEN 1 AND 255
@@ -1214,7 +2038,10 @@ BEGIN
 
     v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
     WITH queue AS MATERIALIZED (
-        SELECT q.lease FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1] AND NOT q.paused),
+        -- A queue with limits takes claim_batch's path (the limits' lock).
+        SELECT q.lease FROM fenceq._queues AS q
+         WHERE q.queue = claim_next.queues[1] AND NOT q.paused
+           AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
     picked AS MATERIALIZED (
         -- The outer projection runs above the row lock, so its clock reading
         -- is taken once the row is held.
@@ -1262,9 +2089,17 @@ BEGIN
       FROM claimed AS c;
 
     IF v_claim IS NULL THEN
-        -- Nothing claimed: an undeclared queue and a used token still raise.
-        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise;
+        -- a queue with limits is claimed from under them.
+        SELECT num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 INTO v_limited
+          FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1];
+        IF NOT FOUND THEN
             PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_limited THEN
+            RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+                ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+            RETURN;
         END IF;
         IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
             PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
@@ -1351,6 +2186,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- Its own statement, so it sees every dependent committed before the
+    -- row lock above was granted (a dependent's submit share-locks this row).
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = complete.job_id) THEN
+        PERFORM fenceq._settle_dependents(ARRAY[complete.job_id], true);
+    END IF;
     IF v_notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
     END IF;
@@ -1373,6 +2213,7 @@ DECLARE
     v_count integer;
     v_now timestamptz;
     v_answers boolean[];
+    v_completed text[];
     v_notify_done text[];  -- the completed jobs whose queues notify
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
@@ -1413,12 +2254,16 @@ BEGIN
                result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
           FROM winners AS w
          WHERE j.job_id = w.j
-        RETURNING w.i, j.job_id, j.queue)
+        RETURNING w.i, w.j, j.queue)
     SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
-           (SELECT array_agg(c.job_id) FROM completed AS c
+           (SELECT array_agg(c.j) FROM completed AS c),
+           (SELECT array_agg(c.j) FROM completed AS c
              WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
-      INTO v_answers, v_notify_done
+      INTO v_answers, v_completed, v_notify_done
       FROM fences AS f;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
+        PERFORM fenceq._settle_dependents(v_completed, true);
+    END IF;
     IF v_notify_done IS NOT NULL THEN
         PERFORM fenceq._notify_done(v_notify_done);
     END IF;
@@ -1492,6 +2337,54 @@ ALTER FUNCTION fenceq.discard_dead_letter(dlq_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.discard_dead_letter(dlq_id text) IS 'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
 
+CREATE FUNCTION fenceq.drop_schedule(schedule text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(drop_schedule.schedule, 'schedule', max_length => 218);
+    DELETE FROM fenceq._schedules AS s WHERE s.schedule = drop_schedule.schedule;
+    RETURN FOUND;
+END
+$$;
+
+ALTER FUNCTION fenceq.drop_schedule(schedule text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.drop_schedule(schedule text) IS 'Delete a schedule (the jobs it submitted stay). True when it existed.';
+
+CREATE FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_budget_expires_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(extend.budget, 'budget', nullable => false);
+    v_job := fenceq._lock_live(extend.job_id, extend.owner_id, extend.generation, extend.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    -- greatest() skips a NULL: a claim without a budget gets now + budget.
+    v_budget_expires_at := greatest(v_job.budget_expires_at, v_now + extend.budget);
+    UPDATE fenceq._jobs AS j
+       SET budget_expires_at = v_budget_expires_at,
+           lease_expires_at = least(v_now + j.lease, v_budget_expires_at)
+     WHERE j.job_id = extend.job_id;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) IS 'Grow a live claim''s budget to the later of its current one and now + budget (setting one when it had none), and renew the lease as heartbeat would. True when live; false when stale, expired or terminal.';
+
 CREATE FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean DEFAULT true, retry_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1533,7 +2426,7 @@ CREATE VIEW fenceq.jobs AS
     j.status,
     j.attempts,
     j.max_attempts,
-    j.run_at,
+    COALESCE(j.blocked_run_at, j.run_at) AS run_at,
     j.expires_at,
     j.owner_id,
     j.generation,
@@ -1549,6 +2442,8 @@ CREATE VIEW fenceq.jobs AS
     j.dlq_id,
     j.created_at,
     j.finished_at,
+    j.concurrency_key,
+    COALESCE(j.blocked_by, 0) AS blocked_by,
     j.progress,
     j.progress_at
    FROM fenceq._jobs j;
@@ -1659,6 +2554,69 @@ $$;
 ALTER FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) IS 'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+CREATE FUNCTION fenceq.next_due(queues text[]) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_active text[];
+    v_known integer;
+    v_queue text;
+    v_now timestamptz;
+    v_queue_due timestamptz;
+    v_floor integer;
+    v_due timestamptz;
+BEGIN
+    PERFORM fenceq._check_names(next_due.queues, 'queues');
+    SELECT array_agg(q.queue) FILTER (WHERE NOT q.paused), count(*)
+      INTO v_active, v_known
+      FROM fenceq._queues AS q WHERE q.queue = ANY (next_due.queues);
+    IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(next_due.queues) AS n(name)) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_now := clock_timestamp();
+    FOREACH v_queue IN ARRAY coalesce(v_active, '{}') LOOP
+        -- The priority levels from the highest down, one probe each, and
+        -- the earliest due job of each level.
+        WITH RECURSIVE levels(priority, depth) AS (
+            (SELECT j.priority, 1 FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue AND j.status = 'pending'
+              ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < l.priority
+                     ORDER BY j.priority DESC LIMIT 1), l.depth + 1
+              FROM levels AS l
+             WHERE l.priority IS NOT NULL AND l.depth < 32)
+        SELECT min(d.run_at), min(l.priority) FILTER (WHERE l.depth = 32)
+          INTO v_queue_due, v_floor
+          FROM levels AS l
+          LEFT JOIN LATERAL (
+            SELECT j.run_at FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority = l.priority
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.run_at LIMIT 1) AS d ON true
+         WHERE l.priority IS NOT NULL;
+        IF v_floor IS NOT NULL THEN
+            -- Levels below the 32nd: the rest of the queue in one range scan.
+            SELECT least(v_queue_due, min(j.run_at)) INTO v_queue_due
+              FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < v_floor
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now);
+        END IF;
+        v_due := least(v_due, v_queue_due);  -- least() skips NULLs
+    END LOOP;
+    RETURN v_due;
+END
+$$;
+
+ALTER FUNCTION fenceq.next_due(queues text[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.next_due(queues text[]) IS 'The earliest run_at of a pending, unexpired job in the named, unpaused queues (in the past when one is due now); NULL when there is none. QF100 for an empty array, QF101 for an undeclared queue.';
 
 CREATE FUNCTION fenceq.pause_queue(queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1794,6 +2752,7 @@ BEGIN
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._settle_dependents(ARRAY[v_job.job_id], false);
             PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
             cancelled := cancelled + 1;
         ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
@@ -1810,12 +2769,13 @@ BEGIN
              ORDER BY j.expires_at
              LIMIT v_left
                FOR UPDATE SKIP LOCKED),
-        expired_now AS (
+        done AS (
             UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
               FROM overdue WHERE j.job_id = overdue.job_id
             RETURNING j.job_id)
-        SELECT array_agg(e.job_id) INTO v_expired FROM expired_now AS e;
+        SELECT array_agg(d.job_id) INTO v_expired FROM done AS d;
         expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._settle_dependents(v_expired, false);
         PERFORM fenceq._notify_done(v_expired);
     END IF;
     RETURN NEXT;
@@ -1890,6 +2850,54 @@ $$;
 ALTER FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) IS 'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+CREATE FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(release_lock.lock, 'lock');
+    PERFORM fenceq._check_name(release_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_lock_token(release_lock.token);
+    IF fenceq._hold_lock(release_lock.lock, release_lock.owner_id, release_lock.token) IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._locks AS l SET owner_id = NULL, expires_at = NULL WHERE l.lock = release_lock.lock;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) IS 'Release a live hold of a named lock; the lock keeps its token, so the next acquire answers a larger one. True when released; false when lapsed, released already or taken over.';
+
+CREATE FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(renew_lock.lock, 'lock');
+    PERFORM fenceq._check_name(renew_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_lock_token(renew_lock.token);
+    PERFORM fenceq._check_interval(renew_lock.ttl, 'ttl', nullable => false);
+    v_now := fenceq._hold_lock(renew_lock.lock, renew_lock.owner_id, renew_lock.token);
+    IF v_now IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._locks AS l SET expires_at = v_now + renew_lock.ttl WHERE l.lock = renew_lock.lock;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) IS 'Extend a live hold of a named lock to now + ttl. True while this owner holds it live with this token; false once lapsed, released or taken over.';
 
 CREATE FUNCTION fenceq.replay_dead_letter(dlq_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1979,6 +2987,40 @@ ALTER FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, cla
 
 COMMENT ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) IS 'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
 
+CREATE FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer DEFAULT NULL::integer, max_claimed_per_key integer DEFAULT NULL::integer, rate_limit integer DEFAULT NULL::integer, rate_period interval DEFAULT NULL::interval) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(set_queue_limits.queue, 'queue');
+    IF set_queue_limits.max_claimed < 1 OR set_queue_limits.max_claimed_per_key < 1
+       OR set_queue_limits.rate_limit < 1 THEN
+        PERFORM fenceq._raise('QF104', 'a limit must be a positive integer or NULL');
+    END IF;
+    IF (set_queue_limits.rate_limit IS NULL) <> (set_queue_limits.rate_period IS NULL) THEN
+        PERFORM fenceq._raise('QF100', 'rate_limit and rate_period go together');
+    END IF;
+    PERFORM fenceq._check_interval(set_queue_limits.rate_period, 'rate_period', backwards => true);
+    UPDATE fenceq._queues AS q
+       SET max_claimed = set_queue_limits.max_claimed,
+           max_claimed_per_key = set_queue_limits.max_claimed_per_key,
+           rate_limit = set_queue_limits.rate_limit,
+           rate_period = set_queue_limits.rate_period
+     WHERE q.queue = set_queue_limits.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF set_queue_limits.rate_limit IS NULL THEN
+        DELETE FROM fenceq._rate_window AS r WHERE r.queue = set_queue_limits.queue;
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) IS 'Set a queue''s limits (NULL = none): max_claimed, max_claimed_per_key, rate_limit per rate_period. Claims take fewer jobs rather than exceed one.';
+
 CREATE FUNCTION fenceq.set_queue_notify(queue text, notify boolean) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2018,7 +3060,93 @@ ALTER FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) OWNER TO
 
 COMMENT ON FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) IS 'Turn fenceq_done notifications (one per job reaching a terminal state, payload the job id) for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
 
-CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false) RETURNS text
+CREATE FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb DEFAULT NULL::jsonb, time_zone text DEFAULT 'UTC'::text, priority integer DEFAULT NULL::integer, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, paused boolean DEFAULT false) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_new fenceq._schedules;
+    v_old fenceq._schedules;
+    v_cron record;
+BEGIN
+    PERFORM fenceq._check_name(set_schedule.schedule, 'schedule', max_length => 218);
+    PERFORM fenceq._check_name(set_schedule.queue, 'queue');
+    PERFORM fenceq._check_name(set_schedule.task, 'task');
+    PERFORM fenceq._check_name(set_schedule.active_key, 'active_key', nullable => true);
+    IF set_schedule.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    IF set_schedule.paused IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'paused is required');
+    END IF;
+    v_new.payload := CASE WHEN jsonb_typeof(set_schedule.payload) = 'null' THEN NULL ELSE set_schedule.payload END;
+    IF v_new.payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_new.payload, 'payload');
+    END IF;
+    SELECT * INTO v_cron FROM fenceq._cron_parse(set_schedule.cron);
+    -- pg_timezone_names reads every zone file (about 0.1 s): a zone some
+    -- schedule has already is known.
+    IF set_schedule.time_zone IS NULL
+       OR NOT EXISTS (SELECT 1 FROM fenceq._schedules AS s WHERE s.time_zone = set_schedule.time_zone)
+          AND NOT EXISTS (SELECT 1 FROM pg_timezone_names AS z WHERE z.name = set_schedule.time_zone) THEN
+        PERFORM fenceq._raise('QF100', 'time_zone must name a known IANA time zone');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = set_schedule.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    v_new.schedule := set_schedule.schedule;
+    v_new.queue := set_schedule.queue;
+    v_new.task := set_schedule.task;
+    v_new.cron := set_schedule.cron;
+    v_new.time_zone := set_schedule.time_zone;
+    v_new.priority := set_schedule.priority;
+    v_new.max_attempts := set_schedule.max_attempts;
+    v_new.active_key := set_schedule.active_key;
+    v_new.paused := set_schedule.paused;
+    v_new.cron_minutes := v_cron.minutes;
+    v_new.cron_hours := v_cron.hours;
+    v_new.cron_days := v_cron.days;
+    v_new.cron_months := v_cron.months;
+    v_new.cron_weekdays := v_cron.weekdays;
+    v_new.cron_days_and := v_cron.days_and;
+    LOOP
+        IF NOT v_new.paused THEN
+            v_new.next_run_at := fenceq._cron_step(v_new, clock_timestamp(), true);
+        END IF;
+        INSERT INTO fenceq._schedules AS s SELECT v_new.* ON CONFLICT (schedule) DO NOTHING;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        SELECT * INTO v_old FROM fenceq._schedules AS s WHERE s.schedule = set_schedule.schedule FOR UPDATE;
+        EXIT WHEN FOUND;  -- else it was dropped meanwhile: insert again
+    END LOOP;
+    IF (v_old.queue, v_old.task, v_old.cron, v_old.time_zone, fenceq._canonical_json(v_old.payload),
+        v_old.priority, v_old.max_attempts, v_old.active_key, v_old.paused)
+       IS NOT DISTINCT FROM
+       (v_new.queue, v_new.task, v_new.cron, v_new.time_zone, fenceq._canonical_json(v_new.payload),
+        v_new.priority, v_new.max_attempts, v_new.active_key, v_new.paused) THEN
+        RETURN false;
+    END IF;
+    v_new.next_run_at := CASE WHEN v_new.paused THEN NULL ELSE fenceq._cron_step(v_new, clock_timestamp(), true) END;
+    UPDATE fenceq._schedules AS s
+       SET queue = v_new.queue, task = v_new.task, cron = v_new.cron, time_zone = v_new.time_zone,
+           payload = v_new.payload, priority = v_new.priority, max_attempts = v_new.max_attempts,
+           active_key = v_new.active_key, paused = v_new.paused, cron_minutes = v_new.cron_minutes,
+           cron_hours = v_new.cron_hours, cron_days = v_new.cron_days, cron_months = v_new.cron_months,
+           cron_weekdays = v_new.cron_weekdays, cron_days_and = v_new.cron_days_and,
+           next_run_at = v_new.next_run_at
+     WHERE s.schedule = set_schedule.schedule;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) IS 'Create a schedule or replace its definition (the next occurrence is recomputed from now). True when anything changed, false when identical. QF101 unknown queue; QF100 a cron expression that does not parse or can never fire, or an unknown time zone.';
+
+CREATE FUNCTION fenceq.submit(queue text, task text, payload jsonb DEFAULT NULL::jsonb, submission_id text DEFAULT NULL::text, job_id text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT NULL::integer, active_key text DEFAULT NULL::text, force boolean DEFAULT false, concurrency_key text DEFAULT NULL::text, depends_on text[] DEFAULT NULL::text[]) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -2034,19 +3162,21 @@ DECLARE
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
+                    AND submit.depends_on IS NULL
                     AND length(submit.queue) BETWEEN 1 AND 255 AND length(submit.task) BETWEEN 1 AND 255
                     AND coalesce(length(submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(submit.concurrency_key) BETWEEN 1 AND 255, true)
                     AND coalesce(submit.max_attempts >= 1, true)
                     AND fenceq._is_plain_time(submit.run_at) AND fenceq._is_plain_time(submit.expires_at)
                     AND fenceq._is_plain_json(v_payload), false) THEN
         RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
             submit.job_id, submit.priority, submit.run_at, submit.expires_at,
-            submit.max_attempts, submit.active_key, submit.force);
+            submit.max_attempts, submit.active_key, submit.force, submit.concurrency_key, submit.depends_on);
     END IF;
     IF submit.submission_id IS NOT NULL THEN
         v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
             submit.submission_id, NULL, submit.priority, submit.run_at,
-            submit.expires_at, submit.max_attempts, NULL, false);
+            submit.expires_at, submit.max_attempts, NULL, false, submit.concurrency_key, NULL);
     END IF;
 
     WITH queue AS MATERIALIZED (
@@ -2061,10 +3191,10 @@ BEGIN
         RETURNING s.job_id),
     inserted AS (
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, created_at)
+            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key)
         SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
                coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
-               submit.expires_at, submit.submission_id, v_fingerprint, q.now
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
@@ -2097,9 +3227,9 @@ BEGIN
 END
 $$;
 
-ALTER FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) IS 'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
+COMMENT ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
 
 CREATE FUNCTION fenceq.submit_batch(queue text, requests jsonb) RETURNS text[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2197,7 +3327,7 @@ BEGIN
                              FROM jsonb_each(e.payload) AS m), '') || '}'
                        WHEN 'array' THEN fenceq._canonical_json(e.payload)
                        ELSE coalesce(e.payload::text, 'null') END,
-                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false) END ORDER BY e.i)
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false, NULL, NULL) END ORDER BY e.i)
           INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
           FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
                        CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
@@ -2256,6 +3386,12 @@ BEGIN
         RETURN v_ids;
     END IF;
 
+    -- Dependencies between elements: the batch's explicit job ids may be
+    -- named before their element runs (any order); a cycle is refused here.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(submit_batch.requests) AS r
+                WHERE jsonb_typeof(r.value) = 'object' AND r.value ? 'depends_on') THEN
+        PERFORM fenceq._check_batch_graph(submit_batch.requests);
+    END IF;
     -- Lock every identity of the batch up front, in the one global order.
     PERFORM fenceq._lock_identities(ARRAY(
         SELECT k.key
@@ -2273,7 +3409,8 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
                     WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
-                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force')) THEN
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force',
+                        'concurrency_key', 'depends_on')) THEN
             PERFORM fenceq._raise('QF100', 'a request has an unknown key');
         END IF;
         v_ids := v_ids || fenceq._submit(
@@ -2287,9 +3424,12 @@ BEGIN
             fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
             fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
             fenceq._json_text(v_request -> 'active_key', 'active_key'),
-            fenceq._json_bool(v_request -> 'force', 'force'));
+            fenceq._json_bool(v_request -> 'force', 'force'),
+            fenceq._json_text(v_request -> 'concurrency_key', 'concurrency_key'),
+            fenceq._json_text_array(v_request -> 'depends_on', 'depends_on'));
     END LOOP;
     PERFORM set_config('fenceq.batch_index', '', true);
+    PERFORM set_config('fenceq.batch_job_ids', '', true);
     RETURN v_ids;
 END
 $_$;
@@ -2297,6 +3437,68 @@ $_$;
 ALTER FUNCTION fenceq.submit_batch(queue text, requests jsonb) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) IS 'Submit a JSON array of requests (keys: submit''s parameters but queue) all or nothing; returns job ids in input order. Errors carry the element index in DETAIL.';
+
+CREATE FUNCTION fenceq.tick(max_rows integer DEFAULT 100) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_schedule fenceq._schedules;
+    v_cutoff timestamptz;
+    v_now timestamptz;
+    v_occurrence timestamptz;
+    v_submission_id text;
+    v_job_id text;
+    v_submitted integer := 0;
+BEGIN
+    IF tick.max_rows IS NULL OR tick.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp();
+    FOR v_schedule IN
+        SELECT s.* FROM fenceq._schedules AS s
+         WHERE s.next_run_at <= v_cutoff
+         ORDER BY s.next_run_at
+         LIMIT tick.max_rows
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        v_job_id := NULL;
+        -- The latest occurrence due; none when the last one due lies before
+        -- next_run_at (the zone's rules changed since it was computed).
+        v_occurrence := fenceq._cron_step(v_schedule, v_now, false);
+        IF v_occurrence >= v_schedule.next_run_at THEN
+            v_submission_id := 'fenceq:schedule:' || v_schedule.schedule || ':'
+                || to_char(v_occurrence AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+            CONTINUE WHEN NOT fenceq._try_lock_identities(fenceq._identity_keys(
+                v_schedule.queue, v_schedule.active_key, NULL, v_submission_id));
+            SELECT s.job_id INTO v_job_id FROM fenceq._submissions AS s WHERE s.submission_id = v_submission_id;
+            IF NOT FOUND AND (v_schedule.active_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM fenceq._jobs AS j
+                 WHERE j.queue = v_schedule.queue AND j.active_key = v_schedule.active_key
+                   AND j.status IN ('pending', 'claimed'))) THEN
+                v_job_id := fenceq.submit(queue => v_schedule.queue, task => v_schedule.task,
+                    payload => v_schedule.payload, submission_id => v_submission_id,
+                    priority => v_schedule.priority, run_at => v_occurrence,
+                    max_attempts => v_schedule.max_attempts, active_key => v_schedule.active_key);
+                v_submitted := v_submitted + 1;
+            END IF;
+        END IF;
+        UPDATE fenceq._schedules AS s
+           SET next_run_at = fenceq._cron_step(v_schedule, v_now, true),
+               last_run_at = CASE WHEN v_job_id IS NULL THEN s.last_run_at ELSE v_occurrence END,
+               last_job_id = coalesce(v_job_id, s.last_job_id)
+         WHERE s.schedule = v_schedule.schedule;
+    END LOOP;
+    RETURN v_submitted;
+END
+$$;
+
+ALTER FUNCTION fenceq.tick(max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.tick(max_rows integer) IS 'Submit one job for the latest due occurrence of each due schedule (at most max_rows schedules; missed occurrences are skipped, a busy active key skips the occurrence), then move each to its first occurrence after now. Returns the jobs submitted. Concurrent ticks never wait on each other or make two jobs for one occurrence.';
 
 CREATE FUNCTION fenceq.verify_schema() RETURNS TABLE(check_name text, ok boolean, detail text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2321,6 +3523,11 @@ BEGIN
         ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
         ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
         ('_jobs', 'concurrency_key', 'text', false),
+        ('_jobs', 'blocked_by', 'integer', false),
+        ('_jobs', 'blocked_run_at', 'timestamp with time zone', false),
+        ('_dependencies', 'depends_on', 'text', true), ('_dependencies', 'job_id', 'text', true),
+        ('_dependencies', 'satisfied', 'boolean', true),
+        ('_rate_window', 'queue', 'text', true), ('_rate_window', 'claimed_at', 'timestamp with time zone', true),
         ('_queues', 'notify_done', 'boolean', true), ('_jobs', 'progress', 'jsonb', false),
         ('_jobs', 'progress_at', 'timestamp with time zone', false),
         ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
@@ -2352,7 +3559,20 @@ BEGIN
         ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
         ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
         ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
-        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false))
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
+        ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false),
+        ('_schedules', 'schedule', 'text', true), ('_schedules', 'queue', 'text', true),
+        ('_schedules', 'task', 'text', true), ('_schedules', 'cron', 'text', true),
+        ('_schedules', 'time_zone', 'text', true), ('_schedules', 'payload', 'jsonb', false),
+        ('_schedules', 'priority', 'integer', false), ('_schedules', 'max_attempts', 'integer', false),
+        ('_schedules', 'active_key', 'text', false), ('_schedules', 'paused', 'boolean', true),
+        ('_schedules', 'cron_minutes', 'integer[]', true), ('_schedules', 'cron_hours', 'integer[]', true),
+        ('_schedules', 'cron_days', 'integer[]', true), ('_schedules', 'cron_months', 'integer[]', true),
+        ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
+        ('_schedules', 'next_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_job_id', 'text', false))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -2423,12 +3643,21 @@ BEGIN
                        'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
                        'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
                        'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
-                       'created_at', 'finished_at', 'progress', 'progress_at']),
+                       'created_at', 'finished_at', 'concurrency_key', 'blocked_by', 'progress', 'progress_at']),
+        ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
+        ('submissions', ARRAY['submission_id', 'job_id', 'queue', 'created_at']),
+        ('checkpoints', ARRAY['job_id', 'step', 'value', 'generation', 'recorded_at']),
         ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
         ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
-                              'oldest_due_age', 'paused', 'notify']),
+                              'oldest_due_age', 'paused', 'notify', 'max_claimed',
+                              'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
+                              'rate_used', 'blocked']),
         ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
-                               'failed_at', 'replayed_at', 'discarded_at']))
+                               'failed_at', 'replayed_at', 'discarded_at']),
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
+        ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
+                            'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
+                            'last_job_id']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -2452,6 +3681,7 @@ BEGIN
         ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
         ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL),
         ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
@@ -2487,7 +3717,7 @@ BEGIN
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
                     '_is_plain_time(timestamp with time zone)', '_new_job_id()',
                     '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
-                    'timestamp with time zone, integer, text, boolean)')
+                    'timestamp with time zone, integer, text, boolean, text, text[])')
                 AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
                 AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
                 AND NOT EXISTS (
@@ -2593,6 +3823,14 @@ CREATE TABLE fenceq._dead_letters (
 
 ALTER TABLE fenceq._dead_letters OWNER TO fenceq_owner;
 
+CREATE TABLE fenceq._dependencies (
+    depends_on text NOT NULL COLLATE pg_catalog."C",
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    satisfied boolean DEFAULT false NOT NULL
+);
+
+ALTER TABLE fenceq._dependencies OWNER TO fenceq_owner;
+
 ALTER TABLE fenceq._jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME fenceq._jobs_seq_seq
     START WITH 1
@@ -2601,6 +3839,17 @@ ALTER TABLE fenceq._jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     NO MAXVALUE
     CACHE 1
 );
+
+CREATE TABLE fenceq._locks (
+    lock text NOT NULL COLLATE pg_catalog."C",
+    owner_id text COLLATE pg_catalog."C",
+    token bigint NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT _locks_holder_check CHECK (((owner_id IS NULL) = (expires_at IS NULL))),
+    CONSTRAINT _locks_token_check CHECK ((token >= 0))
+);
+
+ALTER TABLE fenceq._locks OWNER TO fenceq_owner;
 
 CREATE TABLE fenceq._queues (
     queue text NOT NULL COLLATE pg_catalog."C",
@@ -2621,6 +3870,13 @@ CREATE TABLE fenceq._queues (
 );
 
 ALTER TABLE fenceq._queues OWNER TO fenceq_owner;
+
+CREATE TABLE fenceq._rate_window (
+    queue text NOT NULL COLLATE pg_catalog."C",
+    claimed_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE fenceq._rate_window OWNER TO fenceq_owner;
 
 CREATE TABLE fenceq._submissions (
     submission_id text NOT NULL COLLATE pg_catalog."C",
@@ -2643,6 +3899,18 @@ ALTER TABLE fenceq.attempts OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
 
+CREATE VIEW fenceq.checkpoints AS
+ SELECT c.job_id,
+    c.step,
+    c.value,
+    c.generation,
+    c.recorded_at
+   FROM fenceq._checkpoints c;
+
+ALTER TABLE fenceq.checkpoints OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.checkpoints IS 'Recorded checkpoints: one value per (job, step), with the generation that wrote it.';
+
 CREATE VIEW fenceq.dead_letters AS
  SELECT d.dlq_id,
     d.job_id,
@@ -2659,6 +3927,27 @@ ALTER TABLE fenceq.dead_letters OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed.';
 
+CREATE VIEW fenceq.dependencies AS
+ SELECT d.job_id,
+    d.depends_on,
+    d.satisfied
+   FROM fenceq._dependencies d;
+
+ALTER TABLE fenceq.dependencies OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
+
+CREATE VIEW fenceq.locks AS
+ SELECT l.lock,
+    l.owner_id,
+    l.token,
+    l.expires_at
+   FROM fenceq._locks l;
+
+ALTER TABLE fenceq.locks OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.locks IS 'Every named lock ever acquired: its holder and expiry (NULL once released; a past expiry has lapsed) and its last fencing token.';
+
 CREATE VIEW fenceq.queue_stats AS
  SELECT q.queue,
     COALESCE(p.pending, (0)::bigint) AS pending,
@@ -2667,21 +3956,68 @@ CREATE VIEW fenceq.queue_stats AS
     COALESCE(c.cancel_requested, (0)::bigint) AS cancel_requested,
     (clock_timestamp() - p.oldest_due) AS oldest_due_age,
     q.paused,
-    q.notify
-   FROM ((fenceq._queues q
+    q.notify,
+    q.max_claimed,
+    q.max_claimed_per_key,
+    COALESCE(k.busiest_key, (0)::bigint) AS busiest_key_claimed,
+    q.rate_limit,
+    q.rate_period,
+    COALESCE(r.used, (0)::bigint) AS rate_used,
+    COALESCE(p.blocked, (0)::bigint) AS blocked
+   FROM ((((fenceq._queues q
      LEFT JOIN LATERAL ( SELECT count(*) AS pending,
             count(*) FILTER (WHERE (j.run_at <= clock_timestamp())) AS due,
-            min(j.run_at) FILTER (WHERE (j.run_at <= clock_timestamp())) AS oldest_due
+            min(j.run_at) FILTER (WHERE (j.run_at <= clock_timestamp())) AS oldest_due,
+            count(*) FILTER (WHERE (j.blocked_by IS NOT NULL)) AS blocked
            FROM fenceq._jobs j
           WHERE ((j.queue = q.queue) AND (j.status = 'pending'::text))) p ON (true))
      LEFT JOIN LATERAL ( SELECT count(*) AS claimed,
             count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
            FROM fenceq._jobs j
-          WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text))) c ON (true));
+          WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text))) c ON (true))
+     LEFT JOIN LATERAL ( SELECT max(k_1.claimed) AS busiest_key
+           FROM ( SELECT count(*) AS claimed
+                   FROM fenceq._jobs j
+                  WHERE ((j.queue = q.queue) AND (j.status = 'claimed'::text) AND (j.concurrency_key IS NOT NULL) AND (q.max_claimed_per_key IS NOT NULL))
+                  GROUP BY j.concurrency_key) k_1) k ON (true))
+     LEFT JOIN LATERAL ( SELECT count(*) AS used
+           FROM fenceq._rate_window w
+          WHERE ((w.queue = q.queue) AND (w.claimed_at > (clock_timestamp() - q.rate_period)))) r ON (true));
 
 ALTER TABLE fenceq.queue_stats OWNER TO fenceq_owner;
 
-COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, and the paused and notify flags.';
+COMMENT ON VIEW fenceq.queue_stats IS 'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, the paused and notify flags, and the limits with their usage (busiest key''s claimed count, claims in the current rate window).';
+
+CREATE VIEW fenceq.schedules AS
+ SELECT s.schedule,
+    s.queue,
+    s.task,
+    s.cron,
+    s.time_zone,
+    s.payload,
+    s.priority,
+    s.max_attempts,
+    s.active_key,
+    s.paused,
+    s.next_run_at,
+    s.last_run_at,
+    s.last_job_id
+   FROM fenceq._schedules s;
+
+ALTER TABLE fenceq.schedules OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.schedules IS 'Every schedule: its definition, the next occurrence tick submits (NULL while paused) and the last occurrence submitted with its job.';
+
+CREATE VIEW fenceq.submissions AS
+ SELECT s.submission_id,
+    s.job_id,
+    s.queue,
+    s.created_at
+   FROM fenceq._submissions s;
+
+ALTER TABLE fenceq.submissions OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.submissions IS 'Retained submission identities: submission_id -> job_id (they outlive purged jobs).';
 
 CREATE TABLE fenceq_migrations._yoyo_log (
     id character varying(36) NOT NULL,
@@ -2728,11 +4064,20 @@ ALTER TABLE ONLY fenceq._claims
 ALTER TABLE ONLY fenceq._dead_letters
     ADD CONSTRAINT _dead_letters_pkey PRIMARY KEY (dlq_id);
 
+ALTER TABLE ONLY fenceq._dependencies
+    ADD CONSTRAINT _dependencies_pkey PRIMARY KEY (depends_on, job_id);
+
 ALTER TABLE ONLY fenceq._jobs
     ADD CONSTRAINT _jobs_pkey PRIMARY KEY (job_id);
 
+ALTER TABLE ONLY fenceq._locks
+    ADD CONSTRAINT _locks_pkey PRIMARY KEY (lock);
+
 ALTER TABLE ONLY fenceq._queues
     ADD CONSTRAINT _queues_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY fenceq._schedules
+    ADD CONSTRAINT _schedules_pkey PRIMARY KEY (schedule);
 
 ALTER TABLE ONLY fenceq._submissions
     ADD CONSTRAINT _submissions_pkey PRIMARY KEY (submission_id);
@@ -2753,6 +4098,8 @@ CREATE INDEX _claims_job_idx ON fenceq._claims USING btree (job_id, generation);
 
 CREATE INDEX _dead_letters_job_idx ON fenceq._dead_letters USING btree (job_id);
 
+CREATE INDEX _dependencies_job_idx ON fenceq._dependencies USING btree (job_id);
+
 CREATE UNIQUE INDEX _jobs_active_key_idx ON fenceq._jobs USING btree (queue, active_key) WHERE ((active_key IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'claimed'::text])));
 
 CREATE INDEX _jobs_claim_idx ON fenceq._jobs USING btree (queue, priority DESC, run_at, seq) WHERE (status = 'pending'::text);
@@ -2763,6 +4110,10 @@ CREATE INDEX _jobs_expires_idx ON fenceq._jobs USING btree (expires_at) WHERE ((
 
 CREATE INDEX _jobs_finished_idx ON fenceq._jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 
+CREATE INDEX _rate_window_queue_idx ON fenceq._rate_window USING btree (queue, claimed_at);
+
+CREATE INDEX _schedules_due_idx ON fenceq._schedules USING btree (next_run_at) WHERE (next_run_at IS NOT NULL);
+
 CREATE INDEX _submissions_job_idx ON fenceq._submissions USING btree (job_id);
 
 GRANT USAGE ON SCHEMA fenceq TO fenceq_producer;
@@ -2771,15 +4122,23 @@ GRANT USAGE ON SCHEMA fenceq TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._canonical_json(value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_batch_graph(requests jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_fence(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_interval(value interval, what text, allow_zero boolean, nullable boolean, backwards boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_json(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_lock_token(token bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_name(value text, what text, max_length integer, nullable boolean, code text) FROM PUBLIC;
 
@@ -2791,11 +4150,23 @@ REVOKE ALL ON FUNCTION fenceq._check_time(value timestamp with time zone, what t
 
 REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_parse(cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[], OUT weekdays integer[], OUT days_and boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamp with time zone, forward boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
 
@@ -2817,7 +4188,11 @@ REVOKE ALL ON FUNCTION fenceq._json_int(value jsonb, what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._json_text(value jsonb, what text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._json_text_array(value jsonb, what text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._json_time(value jsonb, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._lock_dependencies(depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
 
@@ -2829,23 +4204,40 @@ REVOKE ALL ON FUNCTION fenceq._notify_done(job_ids text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._pick_limited(queue text, wanted integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._try_lock_identities(keys text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.acknowledge_cancel(job_id text, owner_id text, generation bigint, claim_token text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.check_lock(lock text, token bigint) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation bigint, claim_token text, step text, value jsonb) TO fenceq_worker;
@@ -2877,6 +4269,13 @@ GRANT ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attemp
 REVOKE ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.drop_schedule(schedule text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.drop_schedule(schedule text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.extend(job_id text, owner_id text, generation bigint, claim_token text, budget interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_admin;
@@ -2896,6 +4295,10 @@ GRANT ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bi
 REVOKE ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.heartbeat_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], lease interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.next_due(queues text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.next_due(queues text[]) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.next_due(queues text[]) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.pause_queue(queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.pause_queue(queue text) TO fenceq_admin;
@@ -2919,6 +4322,14 @@ REVOKE ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation big
 GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) TO fenceq_admin;
 
@@ -2929,21 +4340,31 @@ REVOKE ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation big
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_queue_notify(queue text, notify boolean) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean) TO fenceq_admin;
 
-REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_producer;
-GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_worker;
-GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean) TO fenceq_admin;
+REVOKE ALL ON FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_schedule(schedule text, queue text, task text, cron text, payload jsonb, time_zone text, priority integer, max_attempts integer, active_key text, paused boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_producer;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.submit(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_producer;
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.submit_batch(queue text, requests jsonb) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.tick(max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.tick(max_rows integer) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.tick(max_rows integer) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.verify_schema() FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.verify_schema() TO fenceq_admin;
@@ -2956,8 +4377,23 @@ GRANT ALL ON FUNCTION fenceq.version() TO fenceq_admin;
 GRANT SELECT ON TABLE fenceq.attempts TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.attempts TO fenceq_admin;
 
+GRANT SELECT ON TABLE fenceq.checkpoints TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.checkpoints TO fenceq_admin;
+
 GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_admin;
 
+GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.locks TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.locks TO fenceq_admin;
+
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.queue_stats TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.schedules TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.schedules TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.submissions TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.submissions TO fenceq_admin;

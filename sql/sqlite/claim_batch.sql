@@ -103,7 +103,38 @@ WITH clock(now) AS MATERIALIZED (
                                                        THEN :claim_tokens END END))
          WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues)
                                                               THEN CASE WHEN json_type(:queues) = 'array'
-                                                                        THEN :queues END END) AS a) AND NOT q.paused)
+                                                                        THEN :queues END END) AS a) AND NOT q.paused
+           AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
+        UNION ALL
+        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+          FROM fenceq__queues AS q
+          JOIN clock
+          JOIN fenceq__jobs AS j ON j.seq IN (
+               SELECT h.seq FROM (
+                   SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                          row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS rank
+                     FROM (SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                                  row_number() OVER (PARTITION BY h.concurrency_key
+                                                     ORDER BY h.priority DESC, h.run_at, h.seq) AS key_rank
+                             FROM fenceq__jobs AS h
+                            WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+                              AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
+                    WHERE q.max_claimed_per_key IS NULL OR h.concurrency_key IS NULL
+                       OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
+                                         WHERE k.queue = q.queue AND k.status = 'claimed'
+                                           AND k.concurrency_key = h.concurrency_key) <= q.max_claimed_per_key) AS h
+                WHERE h.rank <= json_array_length(CASE WHEN json_valid(:claim_tokens)
+                                                       THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                                 THEN :claim_tokens END END)
+                  AND h.rank <= coalesce(q.max_claimed - (SELECT count(*) FROM fenceq__jobs AS c
+                                                           WHERE c.queue = q.queue AND c.status = 'claimed'), h.rank)
+                  AND h.rank <= coalesce(q.rate_limit - (SELECT count(*) FROM fenceq__rate_window AS w
+                                                          WHERE w.queue = q.queue
+                                                            AND w.claimed_at > clock.now - q.rate_period), h.rank))
+         WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues)
+                                                              THEN CASE WHEN json_type(:queues) = 'array'
+                                                                        THEN :queues END END) AS a) AND NOT q.paused
+           AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL))
 INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
 SELECT c.ord, c.seq, t.value, c.generation, coalesce(:lease, c.queue_lease), clock.now
   FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
@@ -148,6 +179,17 @@ INSERT INTO fenceq__claims (claim_token, job_id, generation, owner_id, claimed_a
 SELECT c.token, j.job_id, j.generation, :owner_id, c.now
   FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__rate_window
+ WHERE EXISTS (SELECT 1 FROM fenceq__queues AS q
+                WHERE q.queue = fenceq__rate_window.queue AND q.rate_limit IS NOT NULL
+                  AND fenceq__rate_window.claimed_at + q.rate_period
+                      <= (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000);
+INSERT INTO fenceq__rate_window (queue, claimed_at)
+SELECT j.queue, c.now
+  FROM (SELECT c.seq, c.token, c.now FROM temp.fenceq_claim AS c
+                       WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)) AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.rate_limit IS NOT NULL AND j.claim_token = c.token;
 SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
        generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
        checkpoints

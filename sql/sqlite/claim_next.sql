@@ -73,7 +73,34 @@ WITH clock(now) AS MATERIALIZED (
                   AND (h.expires_at IS NULL OR h.expires_at > clock.now)
                 ORDER BY h.priority DESC, h.run_at, h.seq
                 LIMIT 1)
-         WHERE q.queue IN (SELECT a.value FROM json_each((SELECT d.doc FROM doc AS d)) AS a) AND NOT q.paused),
+         WHERE q.queue IN (SELECT a.value FROM json_each((SELECT d.doc FROM doc AS d)) AS a) AND NOT q.paused
+           AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
+        UNION ALL
+        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+          FROM fenceq__queues AS q
+          JOIN clock
+          JOIN fenceq__jobs AS j ON j.seq IN (
+               SELECT h.seq FROM (
+                   SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                          row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS rank
+                     FROM (SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                                  row_number() OVER (PARTITION BY h.concurrency_key
+                                                     ORDER BY h.priority DESC, h.run_at, h.seq) AS key_rank
+                             FROM fenceq__jobs AS h
+                            WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+                              AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
+                    WHERE q.max_claimed_per_key IS NULL OR h.concurrency_key IS NULL
+                       OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
+                                         WHERE k.queue = q.queue AND k.status = 'claimed'
+                                           AND k.concurrency_key = h.concurrency_key) <= q.max_claimed_per_key) AS h
+                WHERE h.rank <= 1
+                  AND h.rank <= coalesce(q.max_claimed - (SELECT count(*) FROM fenceq__jobs AS c
+                                                           WHERE c.queue = q.queue AND c.status = 'claimed'), h.rank)
+                  AND h.rank <= coalesce(q.rate_limit - (SELECT count(*) FROM fenceq__rate_window AS w
+                                                          WHERE w.queue = q.queue
+                                                            AND w.claimed_at > clock.now - q.rate_period), h.rank))
+         WHERE q.queue IN (SELECT a.value FROM json_each((SELECT d.doc FROM doc AS d)) AS a) AND NOT q.paused
+           AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL)),
      head AS (
         SELECT h.seq, h.generation, coalesce(:lease, h.queue_lease) AS lease
           FROM heads AS h
@@ -116,6 +143,17 @@ SELECT :claim_token, j.job_id, j.generation, :owner_id, c.now
   FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE c.sqlstate IS NULL
    AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;
+DELETE FROM fenceq__rate_window
+ WHERE EXISTS (SELECT 1 FROM fenceq__queues AS q
+                WHERE q.queue = fenceq__rate_window.queue AND q.rate_limit IS NOT NULL
+                  AND fenceq__rate_window.claimed_at + q.rate_period
+                      <= (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000);
+INSERT INTO fenceq__rate_window (queue, claimed_at)
+SELECT j.queue, c.now
+  FROM (SELECT c.seq, :claim_token AS token, c.now FROM temp.fenceq_claim_next AS c
+                       WHERE c.sqlstate IS NULL) AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.rate_limit IS NOT NULL AND j.claim_token = c.token;
 SELECT c.sqlstate, c.message, NULL AS detail,
        NULL AS job_id, NULL AS queue, NULL AS task, NULL AS payload, NULL AS priority, NULL AS attempt,
        NULL AS max_attempts, NULL AS owner_id, NULL AS generation, NULL AS claim_token,

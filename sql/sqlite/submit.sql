@@ -10,8 +10,8 @@
 -- stores nothing.
 --
 -- Parameters: :queue, :task TEXT; :payload canonical JSON TEXT or NULL;
--- :submission_id, :job_id (at most 36 characters), :active_key TEXT or
--- NULL; :priority INTEGER or NULL (0); :run_at, :expires_at UTC TEXT
+-- :submission_id, :job_id (at most 36 characters), :active_key,
+-- :concurrency_key TEXT or NULL; :priority INTEGER or NULL (0); :run_at, :expires_at UTC TEXT
 -- 'YYYY-MM-DDTHH:MM:SS.ffffffZ' or NULL (run_at NULL = now);
 -- :max_attempts INTEGER or NULL (the queue's); :force INTEGER 0/1 or NULL
 -- (0); :fingerprint TEXT, required with a submission_id.
@@ -53,6 +53,10 @@ WITH r(h, now) AS MATERIALIZED (
         WHEN NOT (:active_key IS NULL OR (typeof(:active_key) = 'text' AND length(:active_key) BETWEEN 1 AND 255
                                           AND instr(CAST(:active_key AS BLOB), x'00') = 0))
              THEN 'QF102 fenceq: active_key must be 1 to 255 characters'
+        WHEN NOT (:concurrency_key IS NULL
+                  OR (typeof(:concurrency_key) = 'text' AND length(:concurrency_key) BETWEEN 1 AND 255
+                      AND instr(CAST(:concurrency_key AS BLOB), x'00') = 0))
+             THEN 'QF102 fenceq: concurrency_key must be 1 to 255 characters'
         WHEN NOT (:max_attempts IS NULL
                   OR (typeof(:max_attempts) = 'integer' AND :max_attempts BETWEEN 1 AND 2147483647))
              THEN 'QF104 fenceq: max_attempts must be a positive integer'
@@ -129,14 +133,15 @@ UPDATE fenceq__jobs
    AND queue = :queue AND active_key = :active_key AND status IN ('pending', 'claimed')
    AND (SELECT t.sqlstate IS NULL AND t.replay_job_id IS NULL FROM temp.fenceq_submit_call AS t);
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, max_attempts, run_at, expires_at,
-                          submission_id, fingerprint, active_key, created_at)
+                          submission_id, fingerprint, active_key, created_at, concurrency_key)
 SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0),
        coalesce(:max_attempts, q.max_attempts),
        coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
                  + CAST(substr(:run_at, 21, 6) AS INTEGER)), t.now),
        (unixepoch(substr(:expires_at, 1, 19)) * 1000000
         + CAST(substr(:expires_at, 21, 6) AS INTEGER)),
-       :submission_id, CASE WHEN :submission_id IS NOT NULL THEN :fingerprint END, :active_key, t.now
+       :submission_id, CASE WHEN :submission_id IS NOT NULL THEN :fingerprint END, :active_key, t.now,
+       :concurrency_key
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 SELECT t.sqlstate, t.message, NULL AS detail,

@@ -46,7 +46,7 @@ SELECT sqlstate, message FROM (
 CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_batch (
     i INTEGER PRIMARY KEY, kind TEXT NOT NULL, raw TEXT NOT NULL,
     task, payload, submission_id, job_id, priority, run_at_text, expires_at_text, max_attempts,
-    active_key, force, fingerprint,
+    active_key, force, fingerprint, concurrency_key,
     run_at INTEGER, expires_at INTEGER, run_at_ok INTEGER, expires_at_ok INTEGER,
     db_fingerprint TEXT, db_job_id TEXT, first_i INTEGER, fresh INTEGER,
     new_job_id TEXT, cancelled INTEGER, now INTEGER NOT NULL);
@@ -59,7 +59,7 @@ WITH clock(now) AS MATERIALIZED (
                                         THEN CASE WHEN json_type(:requests) = 'array'
                                                   THEN :requests END END) AS r)
 INSERT INTO temp.fenceq_submit_batch (i, kind, raw, task, payload, submission_id, job_id, priority,
-    run_at_text, expires_at_text, max_attempts, active_key, force, fingerprint, now)
+    run_at_text, expires_at_text, max_attempts, active_key, force, fingerprint, concurrency_key, now)
 SELECT e.i, e.kind, e.raw,
        iif(json_type(e.raw, '$.task') = 'text', json_extract(e.raw, '$.task'), NULL),
        nullif(e.raw -> '$.payload', 'null'),
@@ -73,6 +73,7 @@ SELECT e.i, e.kind, e.raw,
        iif(json_type(e.raw, '$.active_key') = 'text', json_extract(e.raw, '$.active_key'), NULL),
        CASE json_type(e.raw, '$.force') WHEN 'true' THEN 1 WHEN 'false' THEN 0 END,
        iif(json_type(e.raw, '$.fingerprint') = 'text', json_extract(e.raw, '$.fingerprint'), NULL),
+       iif(json_type(e.raw, '$.concurrency_key') = 'text', json_extract(e.raw, '$.concurrency_key'), NULL),
        clock.now
   FROM elements AS e JOIN clock
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
@@ -151,7 +152,8 @@ SELECT sqlstate, message, 'request index ' || i FROM (
       FROM temp.fenceq_submit_batch AS b
      WHERE EXISTS (SELECT 1 FROM json_each(b.raw) AS k
                     WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority', 'run_at',
-                                        'expires_at', 'max_attempts', 'active_key', 'force', 'fingerprint'))
+                                        'expires_at', 'max_attempts', 'active_key', 'force', 'fingerprint',
+                                        'concurrency_key'))
     UNION ALL SELECT i, 3, 'QF102', 'fenceq: task must be a string'
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.task'), 'null') NOT IN ('text', 'null')
     UNION ALL SELECT i, 4, 'QF102', 'fenceq: submission_id must be a string'
@@ -197,6 +199,12 @@ SELECT sqlstate, message, 'request index ' || i FROM (
       FROM temp.fenceq_submit_batch
      WHERE NOT (active_key IS NULL OR (typeof(active_key) = 'text' AND length(active_key) BETWEEN 1 AND 255
                                        AND instr(CAST(active_key AS BLOB), x'00') = 0))
+    UNION ALL SELECT i, 15, 'QF102', 'fenceq: concurrency_key must be 1 to 255 characters'
+      FROM temp.fenceq_submit_batch
+     WHERE coalesce(json_type(raw, '$.concurrency_key'), 'null') NOT IN ('text', 'null')
+        OR NOT (concurrency_key IS NULL
+                OR (typeof(concurrency_key) = 'text' AND length(concurrency_key) BETWEEN 1 AND 255
+                    AND instr(CAST(concurrency_key AS BLOB), x'00') = 0))
     UNION ALL SELECT i, 16, 'QF104', 'fenceq: max_attempts must be a positive integer'
       FROM temp.fenceq_submit_batch WHERE max_attempts < 1
     UNION ALL SELECT i, 17, 'QF103', 'fenceq: payload must be finite JSON without \u0000'
@@ -258,12 +266,12 @@ UPDATE fenceq__jobs
  WHERE queue = :queue AND status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
    AND active_key IN (SELECT b.active_key FROM temp.fenceq_submit_batch AS b WHERE b.fresh);
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, status, max_attempts, run_at, expires_at,
-                          submission_id, fingerprint, active_key, created_at, finished_at)
+                          submission_id, fingerprint, active_key, created_at, finished_at, concurrency_key)
 SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTEGER), 0),
        CASE WHEN b.cancelled THEN 'cancelled' ELSE 'pending' END,
        coalesce(CAST(b.max_attempts AS INTEGER), q.max_attempts), coalesce(b.run_at, b.now), b.expires_at,
        b.submission_id, CASE WHEN b.submission_id IS NOT NULL THEN b.fingerprint END, b.active_key, b.now,
-       CASE WHEN b.cancelled THEN b.now END
+       CASE WHEN b.cancelled THEN b.now END, b.concurrency_key
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;

@@ -136,6 +136,7 @@ _requests = st.fixed_dictionaries({
     "job_id": st.none() | st.just("job"), "priority": st.none() | _int32,
     "run_at": st.none() | _moments, "expires_at": st.none() | _moments,
     "max_attempts": st.none() | st.integers(1, 2**31 - 1), "active_key": st.none() | _names,
+    "concurrency_key": st.none() | _names,
     "force": st.booleans()})
 
 
@@ -153,7 +154,7 @@ def test_both_backends_store_the_same_fingerprint(pg, sqlite_db, request):
         (in_postgres,) = conn.execute(
             "SELECT fenceq._fingerprint(%(queue)s, %(task)s, %(payload)s::jsonb, %(submission_id)s,"
             " %(job_id)s, %(priority)s, %(run_at)s, %(expires_at)s, %(max_attempts)s, %(active_key)s,"
-            " %(force)s)",
+            " %(force)s, %(concurrency_key)s, NULL)",
             dict(request, payload=canonical.canonical_json(request["payload"]))).fetchone()
     with sqlite_db.connect() as client:
         client.create_queue("fp")

@@ -18,7 +18,7 @@ from fenceq.backends.migrations import install_script_sqlite as install_script, 
 from fenceq.backends.sqlite import load_script
 from fenceq._resources import sql_dir
 
-VIEW_OPERATIONS = {"stats", "attempts", "dead_letters"}
+VIEW_OPERATIONS = {"stats", "attempts", "dead_letters", "schedules"}
 
 
 def apply_script(path: Path, script: str) -> None:

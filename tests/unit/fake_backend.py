@@ -46,6 +46,7 @@ class Row:
     result: Any = None
     last_error: str | None = None
     checkpoints: dict[str, Any] = field(default_factory=dict)
+    run_at: datetime | None = None  # claimable from then on (None: from the start)
     progress: Any = None
 
 
@@ -63,12 +64,14 @@ class FakeBackend:
         self._drop: Counter[str] = Counter()
         self._ids = itertools.count(1)
         self._notes: asyncio.Queue[Notification] = asyncio.Queue()
+        self.retry_backoff = timedelta(0)  # how long fail(retry) keeps a job from being claimed
 
     # Set-up and faults ---------------------------------------------------------
 
-    def submit(self, task: str, payload: Any = None, *, queue: str = "q", max_attempts: int = 3) -> str:
+    def submit(self, task: str, payload: Any = None, *, queue: str = "q", max_attempts: int = 3,
+               run_at: datetime | None = None) -> str:
         job_id = f"job-{next(self._ids)}"
-        self.rows[job_id] = Row(job_id, queue, task, payload, max_attempts)
+        self.rows[job_id] = Row(job_id, queue, task, payload, max_attempts, run_at=run_at)
         return job_id
 
     def lose(self, operation: str, times: int = 1) -> None:
@@ -144,7 +147,8 @@ class FakeBackend:
 
     def claim_batch(self, queues: list[str], owner_id: str, claim_tokens: list[str],
                     lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
-        pending = [row for row in self.rows.values() if row.status == "pending" and row.queue in queues]
+        pending = [row for row in self.rows.values() if row.status == "pending" and row.queue in queues
+                   and (row.run_at is None or row.run_at <= self.now())]
         claims = []
         for row, token in zip(pending, claim_tokens):
             row.status, row.owner_id, row.claim_token = "claimed", owner_id, token
@@ -211,6 +215,20 @@ class FakeBackend:
             return False
         row.status = "pending" if retry and row.attempts < row.max_attempts else "failed"
         row.last_error, row.lease_expires_at = error, None
+        row.run_at = self.now() + self.retry_backoff
+        return True
+
+    def next_due(self, queues: list[str]) -> datetime | None:
+        due = [row.run_at or datetime.min.replace(tzinfo=timezone.utc) for row in self.rows.values()
+               if row.status == "pending" and row.queue in queues]
+        return min(due, default=None)
+
+    def extend(self, job_id: str, owner_id: str, generation: int, claim_token: str, budget: timedelta) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None:
+            return False
+        row.budget_expires_at = max(row.budget_expires_at or self.now() + budget, self.now() + budget)
+        row.lease_expires_at = min(self.now() + (row.lease or DEFAULT_LEASE), row.budget_expires_at)
         return True
 
     def release(self, job_id: str, owner_id: str, generation: int, claim_token: str,

@@ -210,7 +210,9 @@ def test_json_output_of_stats_job_and_dead_letters(db, capsys):
     code, out, _ = run(capsys, "stats", "--json", "--url", db.url)
     [stats] = json.loads(out)
     assert code == 0 and list(stats) == ["queue", "pending", "due", "claimed", "cancel_requested",
-                                         "oldest_due_age", "paused", "notify"]
+                                         "oldest_due_age", "paused", "notify", "max_claimed",
+                                         "max_claimed_per_key", "busiest_key_claimed", "rate_limit",
+                                         "rate_period", "rate_used", "blocked"]
     assert (stats["queue"], stats["pending"], stats["claimed"], stats["paused"]) == ("q", 1, 0, False)
     assert isinstance(stats["oldest_due_age"], float) and stats["oldest_due_age"] >= 0, "seconds"
 

@@ -153,6 +153,18 @@ def _yoyo_url_pg(url: str, *, allow_data_loss: bool = False) -> str:
     return f"postgresql+psycopg://{rest}{separator}schema={PG_MIGRATION_SCHEMA}{options}"
 
 
+def _lock_migrations(lock_conn: Any) -> None:
+    """The session advisory lock that serialises migrate runs. It, and yoyo's
+    session search_path, need a session of their own: through a connection
+    pooler the lock would stay behind on a pooled server connection."""
+    from .postgres import pooled
+
+    if pooled(lock_conn):
+        raise config_error("QF100", "migrations need a direct connection to PostgreSQL, not one through "
+                                    "a connection pooler such as PgBouncer: pass the server's own URL")
+    lock_conn.execute(f"SELECT pg_advisory_lock({PG_MIGRATE_LOCK})")
+
+
 def migrate_postgres(url: str) -> list[SchemaCheck]:
     import psycopg
     from yoyo import get_backend, read_migrations
@@ -161,7 +173,7 @@ def migrate_postgres(url: str) -> list[SchemaCheck]:
 
     try:
         with psycopg.connect(connection_url(url), autocommit=True) as lock_conn:
-            lock_conn.execute(f"SELECT pg_advisory_lock({PG_MIGRATE_LOCK})")
+            _lock_migrations(lock_conn)
             lock_conn.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_MIGRATION_SCHEMA}")
             backend = get_backend(_yoyo_url_pg(url))
             try:
@@ -186,7 +198,7 @@ def rollback_postgres(url: str, allow_data_loss: bool, to_version: int) -> list[
 
     try:
         with psycopg.connect(connection_url(url), autocommit=True) as lock_conn:
-            lock_conn.execute(f"SELECT pg_advisory_lock({PG_MIGRATE_LOCK})")
+            _lock_migrations(lock_conn)
             backend = get_backend(_yoyo_url_pg(url, allow_data_loss=allow_data_loss))
             try:
                 migrations = read_migrations(str(migrations_dir("postgres")))

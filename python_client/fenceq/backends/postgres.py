@@ -4,8 +4,18 @@ one function of that name), in autocommit or inside the caller's transaction.
 
 The async backend also LISTENs (``listen``) and holds the worker fleet's
 exclusive duties with transaction-scoped advisory locks (``exclusive``).
-Both open listening connections of their own for waits (``listener``): a
-connection that cannot be opened leaves the wait to its polls.
+
+Nothing here keeps session state between transactions (no session SET, no
+session advisory lock, no temporary table), so a connection may go through
+PgBouncer in transaction mode, where consecutive transactions can run on
+different server sessions. Two things need a session: psycopg's server-side
+prepared statements, which a connection the backend opens uses only when it
+is not ``pooled``, and LISTEN, which the worker does not attempt on an
+async backend that is ``pooled`` (docs/dba.md, "PgBouncer").
+
+Both backends open listening connections of their own for waits
+(``listener``); one that cannot be opened, or that goes through a pooler,
+leaves the wait to its polls.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ from psycopg.rows import dict_row
 from ..canonical import json_string, utc_text
 from ..errors import FenceqError, PersistenceFailed, translate
 from ..ops import Op, Shape, SubmitRequest
-from .protocol import Capabilities, Notification
+from ..types import DeadLetter, Job
+from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import answer
 
 # NOTIFY wakes workers, so polling is only the fallback (and catches jobs
@@ -41,7 +52,8 @@ _CASTS = {"text": "text", "integer": "integer", "bigint": "bigint", "boolean": "
           "requests": "jsonb"}
 
 _VIEWS = {
-    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify"
+    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify,"
+             " max_claimed, max_claimed_per_key, busiest_key_claimed, rate_limit, rate_period, rate_used, blocked"
              " FROM fenceq.queue_stats ORDER BY queue",
     "attempts": "SELECT job_id, generation, owner_id, claimed_at FROM fenceq.attempts"
                 " WHERE job_id = %(job_id)s::text ORDER BY generation",
@@ -50,7 +62,59 @@ _VIEWS = {
                     " WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)"
                     " AND (%(include_handled)s::boolean OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT %(limit)s::integer",
+    "schedules": "SELECT schedule, queue, task, cron, time_zone, payload, priority, max_attempts, active_key,"
+                 " paused, next_run_at, last_run_at, last_job_id FROM fenceq.schedules ORDER BY schedule",
 }
+
+# The reads of protocol.py: each is driven by an index (plans in docs/observability.md).
+_TASK_FILTER = "(%(task)s::text IS NULL OR task = %(task)s::text)"
+_QUEUE_FILTER = "(%(queue)s::text IS NULL OR queue = %(queue)s::text)"
+_LIMIT = "LIMIT %(limit)s::integer"
+# Claim order mixes directions (priority DESC, run_at, job_id), which no
+# row comparison can express: three branches, each an index range of
+# _jobs_claim_idx, give the rows after the cursor.
+_PENDING_BRANCH = (f"(SELECT {columns(Job)} FROM fenceq.jobs WHERE status = 'pending' AND queue = %(queue)s::text"
+                   f" AND {{after}} AND {_TASK_FILTER} ORDER BY priority DESC, run_at, job_id {_LIMIT})")
+_PENDING_AFTER = ("priority = %(after_priority)s::integer AND run_at = %(after_run_at)s::timestamptz"
+                  " AND job_id > %(after_job_id)s::text",
+                  "priority = %(after_priority)s::integer AND run_at > %(after_run_at)s::timestamptz",
+                  "priority < %(after_priority)s::integer")
+_FINISHED_BEFORE = "coalesce(%(after_finished_at)s::timestamptz, 'infinity')"
+_VIEWS.update({
+    "present_views": "SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}') AS value"
+                     " FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+                     " WHERE n.nspname = 'fenceq' AND c.relkind IN ('v', 'm')"
+                     " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')",
+    "queue_overview": "SELECT * FROM fenceq.queue_stats ORDER BY queue",
+    "jobs_by_submission": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE job_id = (SELECT s.job_id"
+                          " FROM fenceq.submissions AS s WHERE s.submission_id = %(submission_id)s::text)"
+                          " ORDER BY created_at, job_id LIMIT 100",
+    "pending_jobs": "SELECT * FROM (" + " UNION ALL ".join(_PENDING_BRANCH.format(after=a) for a in _PENDING_AFTER)
+                    + f") AS page ORDER BY priority DESC, run_at, job_id {_LIMIT}",
+    # Claimed jobs are few (one per running handler): all of them through
+    # _jobs_claimed_idx, then sorted, never a walk of the primary key.
+    "claimed_jobs": f"WITH claimed AS MATERIALIZED (SELECT {columns(Job)} FROM fenceq.jobs WHERE status = 'claimed'"
+                    f" AND {_QUEUE_FILTER} AND {_TASK_FILTER} AND job_id > %(after_job_id)s::text)"
+                    f" SELECT * FROM claimed ORDER BY job_id {_LIMIT}",
+    "finished_jobs": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE finished_at IS NOT NULL"
+                     f" AND finished_at >= %(since)s::timestamptz AND finished_at <= {_FINISHED_BEFORE}"
+                     f" AND (finished_at, job_id) < ({_FINISHED_BEFORE}, %(after_job_id)s::text)"
+                     f" AND (%(status)s::text IS NULL OR status = %(status)s::text) AND {_QUEUE_FILTER}"
+                     f" AND {_TASK_FILTER} ORDER BY finished_at DESC, job_id DESC {_LIMIT}",
+    "dead_letter_page": f"SELECT {columns(DeadLetter)} FROM fenceq.dead_letters"
+                        " WHERE job_id >= %(after_job_id)s::text"
+                        " AND (job_id, dlq_id) > (%(after_job_id)s::text, %(after_dlq_id)s::text)"
+                        f" AND {_QUEUE_FILTER}"
+                        " AND (%(include_handled)s::boolean OR (replayed_at IS NULL AND discarded_at IS NULL))"
+                        f" ORDER BY job_id, dlq_id {_LIMIT}",
+    "dead_letters_of": f"SELECT {columns(DeadLetter)} FROM fenceq.dead_letters WHERE job_id = %(job_id)s::text"
+                       " ORDER BY failed_at, dlq_id",
+    "checkpoints": f"SELECT {columns(Checkpoint)} FROM fenceq.checkpoints WHERE job_id = %(job_id)s::text"
+                   " ORDER BY recorded_at, step",
+    "schedules": f"SELECT {columns(Schedule)} FROM fenceq.schedules WHERE schedule > %(after)s::text"
+                 f" ORDER BY schedule {_LIMIT}",
+    "locks": f"SELECT {columns(Lock)} FROM fenceq.locks WHERE lock > %(after)s::text ORDER BY lock {_LIMIT}",
+})
 
 
 def interval_text(value: timedelta) -> str:
@@ -76,7 +140,10 @@ def requests_json(requests: tuple[SubmitRequest, ...]) -> str:
         + ',"submission_id":' + text(r.submission_id) + ',"job_id":' + text(r.job_id)
         + ',"priority":' + number(r.priority) + ',"run_at":' + moment(r.run_at)
         + ',"expires_at":' + moment(r.expires_at) + ',"max_attempts":' + number(r.max_attempts)
-        + ',"active_key":' + text(r.active_key) + ',"force":' + ("true" if r.force else "false") + "}"
+        + ',"active_key":' + text(r.active_key) + ',"force":' + ("true" if r.force else "false")
+        + ("" if r.concurrency_key is None else ',"concurrency_key":' + json_string(r.concurrency_key))
+        + ("" if r.depends_on is None else ',"depends_on":[' + ",".join(map(json_string, r.depends_on)) + "]")
+        + "}"
         for r in requests) + "]"
 
 
@@ -104,6 +171,21 @@ def driver_error(exc: psycopg.Error) -> FenceqError:
     """The package error for a driver error (kept as its ``__cause__``)."""
     diag = exc.diag
     return translate(exc.sqlstate, diag.message_primary, diag.message_detail)
+
+
+def pooled(conn: psycopg.Connection) -> bool:
+    """Whether a connection pooler (PgBouncer, in any mode) sits between this
+    connection and the server: the pooler invents the backend PID it
+    announces at connect, so it differs from the serving session's
+    pg_backend_pid(). A pooled connection must keep no session state."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
+
+
+async def pooled_async(conn: psycopg.AsyncConnection) -> bool:
+    cursor = await conn.execute("SELECT pg_backend_pid()")
+    row = await cursor.fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
 
 
 def connection_url(url: str) -> str:
@@ -168,7 +250,9 @@ class _AsyncListener:
 
 class PostgresBackend:
     """Runs operations on an owned connection (autocommit), a caller's
-    connection (inside whatever transaction it has open) or a caller's pool."""
+    connection (inside whatever transaction it has open) or a caller's pool.
+    A caller's connection keeps the caller's ``prepare_threshold``: through
+    PgBouncer, open it with ``prepare_threshold=None``."""
 
     name = "postgres"
     capabilities = CAPABILITIES
@@ -183,6 +267,13 @@ class PostgresBackend:
                 self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
             except psycopg.Error as exc:
                 raise driver_error(exc) from exc
+            try:
+                through_pooler = pooled(self._connection)
+            except psycopg.Error as exc:
+                self._connection.close()
+                raise driver_error(exc) from exc
+            if through_pooler:
+                self._connection.prepare_threshold = None
 
     @contextlib.contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
@@ -208,31 +299,43 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def listener(self, channels: Sequence[str]) -> Iterator[_Listener | None]:
-        target = _listen_target(self._url, self._pool)
-        connection = None
-        if target is not None:
-            try:
-                connection = psycopg.connect(target[0], **target[1])
-                for listen in _listen_statements(channels):
-                    connection.execute(listen)
-            except psycopg.Error:
-                _close(connection)
-                connection = None  # none to spare now: the caller polls
+        connection = self._listening(channels)
         try:
             yield None if connection is None else _Listener(connection)
         finally:
             _close(connection)
+
+    def _listening(self, channels: Sequence[str]) -> psycopg.Connection | None:
+        """A new connection subscribed to the channels; None for the
+        caller's own connection, through a pooler (its sessions do not keep
+        a LISTEN), or when none can be opened now: the caller polls."""
+        target = _listen_target(self._url, self._pool)
+        if target is None:
+            return None
+        connection = None
+        try:
+            connection = psycopg.connect(target[0], **target[1])
+            if pooled(connection):
+                connection.close()
+                return None
+            for listen in _listen_statements(channels):
+                connection.execute(listen)
+            return connection
+        except psycopg.Error:
+            _close(connection)
+            return None
 
 
 class AsyncPostgresBackend:
     name = "postgres"
     capabilities = CAPABILITIES
 
-    def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False,
+    def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False, pooled: bool = False,
                  url: str | None = None):
         self._owned = owned
         self._pool = pool
         self._connection = connection
+        self.pooled = pooled  # through a pooler; known for owned connections only
         self._url = url  # of an owned connection: listeners open their own from it
 
     @classmethod
@@ -241,7 +344,14 @@ class AsyncPostgresBackend:
             connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
-        return cls(connection=connection, owned=True, url=url)
+        try:
+            through_pooler = await pooled_async(connection)
+        except psycopg.Error as exc:
+            await connection.close()
+            raise driver_error(exc) from exc
+        if through_pooler:
+            connection.prepare_threshold = None
+        return cls(connection=connection, owned=True, pooled=through_pooler, url=url)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -286,20 +396,28 @@ class AsyncPostgresBackend:
     @contextlib.asynccontextmanager
     async def listener(self, channels: Sequence[str]) -> AsyncIterator[_AsyncListener | None]:
         """As ``PostgresBackend.listener``."""
-        target = _listen_target(self._url, self._pool)
-        connection = None
-        if target is not None:
-            try:
-                connection = await psycopg.AsyncConnection.connect(target[0], **target[1])
-                for listen in _listen_statements(channels):
-                    await connection.execute(listen)
-            except psycopg.Error:
-                await _close_async(connection)
-                connection = None
+        connection = await self._listening(channels)
         try:
             yield None if connection is None else _AsyncListener(connection)
         finally:
             await _close_async(connection)
+
+    async def _listening(self, channels: Sequence[str]) -> psycopg.AsyncConnection | None:
+        target = _listen_target(self._url, self._pool)
+        if target is None:
+            return None
+        connection = None
+        try:
+            connection = await psycopg.AsyncConnection.connect(target[0], **target[1])
+            if await pooled_async(connection):
+                await connection.close()
+                return None
+            for listen in _listen_statements(channels):
+                await connection.execute(listen)
+            return connection
+        except psycopg.Error:
+            await _close_async(connection)
+            return None
 
     @contextlib.asynccontextmanager
     async def exclusive(self, duty: str) -> AsyncIterator["AsyncPostgresBackend | None"]:
@@ -312,7 +430,7 @@ class AsyncPostgresBackend:
                 await conn.execute("SET LOCAL idle_in_transaction_session_timeout = '2s'")
                 cursor = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (DUTY_LOCKS[duty],))
                 row = await cursor.fetchone()
-                yield AsyncPostgresBackend(connection=conn) if row and row[0] else None
+                yield AsyncPostgresBackend(connection=conn, pooled=self.pooled) if row and row[0] else None
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
 

@@ -31,9 +31,10 @@ from .. import canonical
 from .._resources import sql_dir
 from ..errors import PersistenceFailed, config_error, translate
 from ..ops import Op, SubmitRequest
-from ..types import SchemaCheck
-from .protocol import Capabilities, Notification
+from ..types import DeadLetter, Job, SchemaCheck
+from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import Kind, answer
+from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
 SCHEMA_VERSION = 3
 # How long a call waits for another connection's write transaction before
@@ -44,7 +45,8 @@ BUSY_TIMEOUT_SECONDS = 10.0
 CAPABILITIES = Capabilities(notifications=False, poll_interval=0.5, control_poll=0.5)
 
 _VIEWS = {
-    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify"
+    "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify,"
+             " max_claimed, max_claimed_per_key, busiest_key_claimed, rate_limit, rate_period, rate_used, blocked"
              " FROM fenceq_queue_stats ORDER BY queue",
     "attempts": "SELECT job_id, generation, owner_id, claimed_at FROM fenceq_attempts"
                 " WHERE job_id = :job_id ORDER BY generation",
@@ -53,7 +55,65 @@ _VIEWS = {
                     " WHERE (:queue IS NULL OR queue = :queue)"
                     " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT :limit",
+    "schedules": "SELECT schedule, queue, task, cron, time_zone, payload, priority, max_attempts, active_key,"
+                 " paused, next_run_at, last_run_at, last_job_id FROM fenceq_schedules ORDER BY schedule",
 }
+
+# The reads of protocol.py, each driven by an index. Differs from PostgreSQL
+# in that a job listing walks the table fenceq__jobs (INDEXED BY names the
+# index it must use) and takes its columns from the view fenceq_jobs: the
+# view shows timestamps as text, which no index of the table can order.
+_JOB_COLUMNS = ", ".join(f"j.{name}" for name in columns(Job).split(", "))
+_JOBS_BY = (f"SELECT {_JOB_COLUMNS} FROM fenceq__jobs AS t INDEXED BY {{index}}"
+            " JOIN fenceq_jobs AS j ON j.job_id = t.job_id")
+
+
+def _micros(parameter: str) -> str:
+    """A UTC text parameter as INTEGER microseconds (as the tables keep time)."""
+    return f"(unixepoch(substr({parameter}, 1, 19)) * 1000000 + CAST(substr({parameter}, 21, 6) AS INTEGER))"
+
+
+_TASK_FILTER = "(:task IS NULL OR t.task = :task)"
+_QUEUE_FILTER = "(:queue IS NULL OR t.queue = :queue)"
+_PENDING_BRANCH = ("SELECT * FROM (" + _JOBS_BY.format(index="fenceq__jobs_claim_idx")
+                   + " WHERE t.status = 'pending' AND t.queue = :queue AND {after} AND " + _TASK_FILTER
+                   + " ORDER BY t.priority DESC, t.run_at, t.job_id LIMIT :limit)")
+_PENDING_AFTER = (f"t.priority = :after_priority AND t.run_at = {_micros(':after_run_at')}"
+                  " AND t.job_id > :after_job_id",
+                  f"t.priority = :after_priority AND t.run_at > {_micros(':after_run_at')}",
+                  "t.priority < :after_priority")
+_FINISHED_BEFORE = f"coalesce({_micros(':after_finished_at')}, 9223372036854775807)"
+_VIEWS.update({
+    "present_views": "SELECT json_group_array(substr(name, 8)) AS value FROM (SELECT name FROM sqlite_master"
+                     " WHERE type = 'view' AND name LIKE 'fenceq\\_%' ESCAPE '\\' ORDER BY name)",
+    "queue_overview": "SELECT * FROM fenceq_queue_stats ORDER BY queue",
+    # Differs from PostgreSQL in that the submission's own unique index finds the job.
+    "jobs_by_submission": f"SELECT {_JOB_COLUMNS} FROM fenceq__submissions AS s"
+                          " JOIN fenceq_jobs AS j ON j.job_id = s.job_id WHERE s.submission_id = :submission_id",
+    "pending_jobs": " UNION ALL ".join(_PENDING_BRANCH.format(after=a) for a in _PENDING_AFTER)
+                    + " ORDER BY priority DESC, run_at, job_id LIMIT :limit",
+    "claimed_jobs": _JOBS_BY.format(index="fenceq__jobs_claimed_idx")
+                    + f" WHERE t.status = 'claimed' AND {_QUEUE_FILTER} AND {_TASK_FILTER}"
+                      " AND t.job_id > :after_job_id ORDER BY t.job_id LIMIT :limit",
+    "finished_jobs": _JOBS_BY.format(index="fenceq__jobs_finished_idx")
+                     + f" WHERE t.finished_at IS NOT NULL AND t.finished_at >= {_micros(':since')}"
+                       f" AND t.finished_at <= {_FINISHED_BEFORE}"
+                       f" AND (t.finished_at < {_FINISHED_BEFORE} OR t.job_id < :after_job_id)"
+                       f" AND (:status IS NULL OR t.status = :status) AND {_QUEUE_FILTER} AND {_TASK_FILTER}"
+                       " ORDER BY t.finished_at DESC, t.job_id DESC LIMIT :limit",
+    "dead_letter_page": f"SELECT {columns(DeadLetter)} FROM fenceq_dead_letters"
+                        " WHERE job_id >= :after_job_id AND (job_id, dlq_id) > (:after_job_id, :after_dlq_id)"
+                        " AND (:queue IS NULL OR queue = :queue)"
+                        " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
+                        " ORDER BY job_id, dlq_id LIMIT :limit",
+    "dead_letters_of": f"SELECT {columns(DeadLetter)} FROM fenceq_dead_letters WHERE job_id = :job_id"
+                       " ORDER BY failed_at, dlq_id",
+    "checkpoints": f"SELECT {columns(Checkpoint)} FROM fenceq_checkpoints WHERE job_id = :job_id"
+                   " ORDER BY recorded_at, step",
+    "schedules": f"SELECT {columns(Schedule)} FROM fenceq_schedules WHERE schedule > :after"
+                 " ORDER BY schedule LIMIT :limit",
+    "locks": f"SELECT {columns(Lock)} FROM fenceq_locks WHERE lock > :after ORDER BY lock LIMIT :limit",
+})
 
 _PARAMETER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
 _LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
@@ -153,6 +213,7 @@ def _request_json(queue: str, request: SubmitRequest) -> str:
         "active_key": request.active_key,
         "force": request.force,
         "fingerprint": _fingerprint(queue, request),
+        "concurrency_key": request.concurrency_key,
     }
     # The payload is already canonical text: splice it in unchanged.
     return _json_array_text(fields)[:-1] + ',"payload":' + request.payload + "}"
@@ -165,7 +226,7 @@ def _fingerprint(queue: str, request: SubmitRequest) -> str | None:
         queue=queue, task=request.task, payload=json.loads(request.payload),
         submission_id=request.submission_id, job_id=request.job_id, priority=request.priority,
         run_at=request.run_at, expires_at=request.expires_at, max_attempts=request.max_attempts,
-        active_key=request.active_key, force=request.force)
+        active_key=request.active_key, force=request.force, concurrency_key=request.concurrency_key)
 
 
 def _jsonb_array_text(values: Any) -> str:
@@ -193,6 +254,8 @@ def parameters(op: Op) -> dict[str, Any]:
     if op.name not in ("submit", "submit_batch"):
         return params
     values = {arg.name: arg.value for arg in op.args}
+    if values.get("depends_on") or any(r.depends_on for r in values.get("requests", ())):
+        raise config_error("QF100", "depends_on needs PostgreSQL: SQLite has no dependencies yet")
     if op.name == "submit_batch":
         params["requests"] = "[" + ",".join(_request_json(values["queue"], request)
                                             for request in values["requests"]) + "]"
@@ -204,7 +267,8 @@ def parameters(op: Op) -> dict[str, Any]:
             submission_id=values.get("submission_id"), job_id=values.get("job_id"),
             priority=values.get("priority"), run_at=values.get("run_at"),
             expires_at=values.get("expires_at"), max_attempts=values.get("max_attempts"),
-            active_key=values.get("active_key"), force=bool(values.get("force")))
+            active_key=values.get("active_key"), force=bool(values.get("force")),
+            concurrency_key=values.get("concurrency_key"))
         params["fingerprint"] = _fingerprint(values["queue"], request)
     return params
 
@@ -295,14 +359,11 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
         bound.update(params)
         run = connection.execute
         run("BEGIN IMMEDIATE" if op.writes else "BEGIN")
-        for sql in (plan.statements if prepared is not None else plan.setup + plan.statements):
-            cursor = run(sql, bound)
-        rows = cursor.fetchall()
-        if rows and rows[0][0] is not None:
-            _rollback(connection)
-            sqlstate, message, detail = rows[0][:3]
-            cause = StatementFailed(sqlstate, message, detail)
-            raise translate(sqlstate, message, detail) from cause
+        if op.name in COMPUTED_IN_TRANSACTION:
+            bound.update(COMPUTED_IN_TRANSACTION[op.name](
+                bound, lambda name: _answer(connection, _plan(name).statements, bound)))
+        rows = _answer(connection, plan.statements if prepared is not None else plan.setup + plan.statements,
+                       bound)
         run("COMMIT")
     except sqlite3.Error as exc:
         _rollback(connection)
@@ -310,10 +371,45 @@ def execute(connection: sqlite3.Connection, op: Op, prepared: set[str] | None = 
     except BaseException:
         _rollback(connection)
         raise
-    if not rows:
-        return []
+    return rows
+
+
+def _answer(connection: sqlite3.Connection, statements: Sequence[str],
+            bound: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run statements in the open transaction: the last one's rows without
+    the status columns, or raise its error row."""
+    for sql in statements:
+        cursor = connection.execute(sql, bound)
+    rows = cursor.fetchall()
+    if rows and rows[0][0] is not None:
+        sqlstate, message, detail = rows[0][:3]
+        raise translate(sqlstate, message, detail) from StatementFailed(sqlstate, message, detail)
     columns = [d[0] for d in cursor.description][3:]
     return [dict(zip(columns, row[3:])) for row in rows]
+
+
+def run_in_transaction(connection: sqlite3.Connection, op: Op) -> Any:
+    """Run an operation's statement file on a caller's own connection, inside
+    the transaction the caller has open: no BEGIN, COMMIT or ROLLBACK, so its
+    statements join the caller's work (as calls on a caller's psycopg
+    connection do on PostgreSQL). An error row raises its package error and
+    leaves the transaction for the caller to roll back."""
+    if not connection.in_transaction:
+        raise config_error("QF100", "the connection has no open transaction (BEGIN IMMEDIATE first)")
+    plan = _plan(op.name)
+    bound = dict.fromkeys(plan.parameters)
+    bound.update(parameters(op))
+    try:
+        for sql in plan.setup + plan.statements:
+            cursor = connection.execute(sql, bound)
+        rows = cursor.fetchall()
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    if rows and rows[0][0] is not None:
+        sqlstate, message, detail = rows[0][:3]
+        raise translate(sqlstate, message, detail) from StatementFailed(sqlstate, message, detail)
+    columns = [d[0] for d in cursor.description][3:]
+    return answer(op, [dict(zip(columns, row[3:])) for row in rows], DECODERS)
 
 
 class SqliteBackend:
@@ -408,7 +504,8 @@ def write_lock_held(url: str) -> bool:
 # verify_schema ------------------------------------------------------------------
 
 TABLES = ("fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
-          "fenceq__checkpoints", "fenceq__dead_letters")
+          "fenceq__checkpoints", "fenceq__dead_letters",
+          "fenceq__schedules")
 
 # Every column this version reads or writes: (declared type, NOT NULL).
 EXPECTED_COLUMNS = {
@@ -447,7 +544,19 @@ EXPECTED_COLUMNS = {
         "task": ("TEXT", True), "error": ("TEXT", False), "attempts": ("INTEGER", True),
         "failed_at": ("INTEGER", True), "replayed_at": ("INTEGER", False),
         "discarded_at": ("INTEGER", False)},
+    "fenceq__schedules": {
+        "schedule": ("TEXT", True), "queue": ("TEXT", True), "task": ("TEXT", True), "cron": ("TEXT", True),
+        "time_zone": ("TEXT", True), "payload": ("TEXT", False), "priority": ("INTEGER", False),
+        "max_attempts": ("INTEGER", False), "active_key": ("TEXT", False), "paused": ("INTEGER", True),
+        "next_run_at": ("INTEGER", False), "last_run_at": ("INTEGER", False), "last_job_id": ("TEXT", False),
+        "revision": ("INTEGER", True)},
 }
+
+# Named locks (docs/guarantees.md §15).
+TABLES += ("fenceq__locks",)
+EXPECTED_COLUMNS["fenceq__locks"] = {
+    "lock": ("TEXT", True), "owner_id": ("TEXT", False), "token": ("INTEGER", True),
+    "expires_at": ("INTEGER", False)}
 
 # The only defaults allowed: none may manufacture identity or a state.
 EXPECTED_DEFAULTS = {
@@ -570,4 +679,8 @@ def verify_schema(connection: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 # Operations SQLite implements in Python rather than in a statement file.
+# Statement files that are a step of another operation, not operations of
+# their own: tick_due.sql is the first half of tick (sqlite_schedules.py).
+STATEMENT_PARTS = frozenset({"tick_due"})
+
 _IN_PYTHON = {"verify_schema": verify_schema}

@@ -1,8 +1,9 @@
 """The claim loop: fill free slots with ``claim_next`` (one) or
 ``claim_batch`` (several), backing off from 10 ms to ``poll_interval`` while
-the queues are empty. Fresh nonces are generated and kept before every
-claim call; when its outcome is unknown, each nonce is asked about with
-``recover_claim``: an uncertain claim is never made anew, a nonce never
+the queues are empty, but never waiting past the moment ``next_due`` says
+the next pending job falls due. Fresh nonces are generated and kept before
+every claim call; when its outcome is unknown, each nonce is asked about
+with ``recover_claim``: an uncertain claim is never made anew, a nonce never
 reused."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .state import InFlight, WorkerState
 Start = Callable[[Claim, float], InFlight]  # a claim and when its call was sent -> the running job
 
 FIRST_IDLE_WAIT = 0.01
+NEXT_DUE_FROM = 0.05  # seconds: a shorter idle wait is not worth a next_due round trip
 
 
 class Claimer:
@@ -26,6 +28,7 @@ class Claimer:
         self._state = state
         self._pool = pool
         self._start = start
+        self._ask_next_due = True
 
     async def run(self) -> None:
         """Until a stop is requested; raises ConfigError when the database
@@ -54,8 +57,37 @@ class Claimer:
             if claimed:
                 idle = FIRST_IDLE_WAIT
                 continue
-            await state.clock.wait(state.wake, idle)
-            idle = min(idle * 2, poll_interval)
+            wait = await self.idle_wait(idle)
+            await state.clock.wait(state.wake, wait)
+            # Woken for a job falling due: claim again briskly, in case the
+            # database's clock is a little behind this one.
+            idle = FIRST_IDLE_WAIT if wait < idle else min(idle * 2, poll_interval)
+
+    async def idle_wait(self, backoff: float) -> float:
+        """How long to wait after a claim found nothing: the backoff, cut
+        short to when the next pending job of the queues falls due
+        (``next_due``), so that a retry or a delayed job starts on time
+        rather than at the next poll. A job due already but not claimable
+        (another worker is taking it) leaves the backoff as it is."""
+        if backoff <= NEXT_DUE_FROM or not self._ask_next_due:
+            return backoff
+        state = self._state
+        try:
+            async with self._pool.client() as client:
+                due = await client.next_due(state.settings.queues)
+        except PersistenceFailed:
+            return backoff
+        except ConfigError as error:
+            # A database not migrated to version 3 yet, or a role without
+            # the grant: poll as before, and say so once.
+            state.events.emit("next_due_refused", f"next_due refused: {error}; polling without it",
+                              level=logging.WARNING, reason=error.reason)
+            self._ask_next_due = False
+            return backoff
+        if due is None:
+            return backoff
+        until_due = due.timestamp() - state.clock.wall()
+        return min(backoff, until_due) if until_due > 0 else backoff
 
     async def claim(self, count: int) -> list[InFlight]:
         """Claim up to ``count`` jobs and start them."""
@@ -103,7 +135,8 @@ class Claimer:
             if claim is not None:
                 state.counts["recovered_claims"] += 1
                 events.emit("claim_recovered", "uncertain claim recovered with its nonce",
-                            level=logging.WARNING, job_id=claim.job_id, generation=claim.generation)
+                            level=logging.WARNING, job_id=claim.job_id, queue=claim.queue, task=claim.task,
+                            generation=claim.generation)
                 found.append(claim)
         if not found:
             events.emit("claim_not_made", "the uncertain claim did not take a job (or its lease "

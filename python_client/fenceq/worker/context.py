@@ -8,11 +8,13 @@ import inspect
 import json
 import logging
 import threading
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from .. import ops
 from ..types import Fence
+from .settings import seconds
 from .state import InFlight
 
 task_log = logging.getLogger("fenceq.task")
@@ -43,6 +45,8 @@ class JobCalls(Protocol):
     async def checkpoint(self, job: InFlight, step: str, value: Any) -> Any: ...
 
     async def heartbeat(self, job: InFlight) -> bool: ...
+
+    async def extend(self, job: InFlight, budget: timedelta) -> bool: ...
 
 
 NO_REPORT = object()  # no progress report waiting (None is a report: it clears the last one)
@@ -132,6 +136,11 @@ class _ContextBase:
         self.pending_progress.put(json.loads(ops.progress_text(value)))  # a snapshot
 
 
+def _budget(budget: timedelta | float) -> timedelta:
+    """A handler's budget, seconds or timedelta, as the timedelta sent."""
+    return timedelta(seconds=seconds(budget, "budget"))
+
+
 class JobContext(_ContextBase):
     """What a plain (thread) handler receives. ``cancelled``, ``lost`` and
     ``stopping`` are ``threading.Event``s."""
@@ -165,6 +174,12 @@ class JobContext(_ContextBase):
         """Renew the lease now; False (and ``lost`` set) when refused."""
         return self._call(self._calls.heartbeat(self._job))
 
+    def extend(self, budget: timedelta | float) -> bool:
+        """Let this claim run until at least ``budget`` from now (seconds or
+        a timedelta): its budget only grows, and a claim without one gets
+        one. Renews the lease too. False (and ``lost`` set) when refused."""
+        return self._call(self._calls.extend(self._job, _budget(budget)))
+
 
 class AsyncJobContext(_ContextBase):
     """What an ``async def`` handler receives. ``cancelled``, ``lost`` and
@@ -189,3 +204,7 @@ class AsyncJobContext(_ContextBase):
 
     async def heartbeat(self) -> bool:
         return await self._calls.heartbeat(self._job)
+
+    async def extend(self, budget: timedelta | float) -> bool:
+        """As ``JobContext.extend``."""
+        return await self._calls.extend(self._job, _budget(budget))

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from .._worker_log import LOGGER_NAME
 
 log = logging.getLogger(LOGGER_NAME)
+
+
+# Called with every event's name and fields, whatever the log level (the metrics).
+Listener = Callable[[str, dict[str, Any]], None]
 
 
 class Events:
@@ -15,8 +19,14 @@ class Events:
 
     def __init__(self, owner_id: str):
         self.owner_id = owner_id
+        self.listeners: list[Listener] = []
 
     def emit(self, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event, fields)
+            except Exception:  # noqa: BLE001 - an observer must never stop the worker
+                log.exception("event listener failed", extra={"event": "listener_error"})
         if log.isEnabledFor(level):
             fields = {k: v for k, v in fields.items() if v is not None}
             fields.setdefault("worker", self.owner_id)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
 import threading
 import traceback
+from datetime import timedelta
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from ..errors import PersistenceFailed
+from ..observability.tracing import handler_span
 from ..types import Claim
 from .context import AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable
 from .fenced_writer import FencedWriter, Verdict
@@ -106,6 +109,10 @@ class Executor:
             if not job.cancelled.is_set():
                 raise
             outcome = Cancelled()
+        if handler is not None:
+            state.events.emit("handler_finished", "handler finished", level=logging.DEBUG, **job.fields,
+                              outcome=type(outcome).__name__.lower(),
+                              seconds=round(state.clock.monotonic() - job.started, 6))
         if job.abandoned:
             return
         job.settling = True
@@ -120,7 +127,8 @@ class Executor:
         events = self._state.events
         events.emit("started", "handler started", level=logging.DEBUG, **job.fields)
         try:
-            result = await handler(job.ctx) if job.is_async else await self._in_thread(job, handler)
+            with handler_span(job.claim):
+                result = await handler(job.ctx) if job.is_async else await self._in_thread(job, handler)
         except NonRetryable as error:
             events.emit("handler_error", f"handler raised NonRetryable: {error}", level=logging.WARNING,
                         **job.fields, retry=False)
@@ -157,7 +165,9 @@ class Executor:
             with contextlib.suppress(RuntimeError):  # the loop is gone: the job was released
                 loop.call_soon_threadsafe(deliver, ok, value)
 
-        threading.Thread(target=target, name=f"fenceq-job-{job.fence.job_id}", daemon=True).start()
+        # The handler's thread sees the span (and other context) of its job.
+        threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                         name=f"fenceq-job-{job.fence.job_id}", daemon=True).start()
         return await future
 
     async def _set_pid(self, job: InFlight) -> None:
@@ -191,3 +201,14 @@ class Executor:
 
     async def heartbeat(self, job: InFlight) -> bool:
         return await self._heartbeater.beat_now(job)
+
+    async def extend(self, job: InFlight, budget: timedelta) -> bool:
+        state = self._state
+        sent = state.clock.monotonic()
+        verdict = await self._writer.write(job, "extend", lambda c: c.extend(job.fence, budget))
+        if verdict is Verdict.ACCEPTED:
+            job.extended(sent, budget.total_seconds(), state.settings.heartbeat_fraction)
+            return True
+        if verdict is Verdict.REFUSED:
+            state.lose(job, "extend refused: the claim is no longer live")
+        return False

@@ -1,5 +1,7 @@
-"""The maintenance duty: ``reap`` every ``reap_interval`` (with jitter), and
-``purge`` every ``purge_interval`` when a retention is set. Each round runs
+"""The maintenance duty: ``reap`` every ``reap_interval`` (with jitter), then
+``tick`` (the jobs of due schedules, in a transaction of its own so that a
+refused tick never undoes or stops reaping), and ``purge`` every
+``purge_interval`` when a retention is set. Each round runs
 as the fleet's only holder of the duty (``AsyncBackend.exclusive``), on a
 backend of its own; a round that finds the duty held elsewhere is skipped.
 """
@@ -29,6 +31,7 @@ class Maintenance:
         self._open_backend = open_backend
         self._backend: AsyncBackend | None = None
         self._last_purge: float | None = None
+        self._ticking = True
 
     async def run(self) -> None:
         state, clock = self._state, self._state.clock
@@ -57,7 +60,7 @@ class Maintenance:
             await self._close()
 
     async def round(self) -> bool:
-        """One reap (and purge, when due); True when reap hit its row limit
+        """One reap, tick (and purge, when due); True when reap hit its row limit
         (more is waiting: go again at once)."""
         settings, clock = self._state.settings, self._state.clock
         if self._backend is None:
@@ -66,6 +69,8 @@ class Maintenance:
             if holder is None:
                 return False
             full = self._reaped(await AsyncClient(holder).reap(max_rows=MAX_BATCH))
+        if self._ticking:
+            await self._tick()
         purge_due = settings.purge_after is not None and (
             self._last_purge is None or clock.monotonic() - self._last_purge >= settings.purge_interval)
         if purge_due:
@@ -83,6 +88,19 @@ class Maintenance:
                                     requeued=result.requeued, failed=result.failed,
                                     cancelled=result.cancelled, expired=result.expired)
         return total >= MAX_BATCH
+
+    async def _tick(self) -> None:
+        assert self._backend is not None
+        try:
+            async with self._backend.exclusive(DUTY) as holder:
+                jobs = 0 if holder is None else await AsyncClient(holder).tick(max_rows=MAX_BATCH)
+        except ConfigError as error:
+            self._ticking = False
+            self._state.events.emit("tick_disabled", f"tick refused ({error.reason}); this worker stops "
+                                    "submitting the jobs of schedules", level=logging.ERROR)
+            return
+        if jobs:
+            self._state.events.emit("ticked", "tick submitted the jobs of due schedules", jobs=jobs)
 
     async def _purge(self, client: Any) -> None:
         """``client`` is an AsyncClient (its methods are typed as the sync client's)."""

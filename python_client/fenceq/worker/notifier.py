@@ -3,7 +3,13 @@ job of one of this worker's queues became due (wake the claimer), or an
 in-flight job's claim changed (check it now). A notification is only a
 hint; the lost connection is re-established with backoff, and since
 messages may have been missed meanwhile, the worker then claims and
-re-checks its jobs."""
+re-checks its jobs.
+
+LISTEN needs a session of its own. The notifier listens on the worker's
+``listen_url`` when it has one, else on its database URL; a connection
+through a pooler (PgBouncer) cannot hold a session, so there the notifier
+says so once and stops, and the worker polls (``poll_interval``,
+``control_poll``)."""
 
 from __future__ import annotations
 
@@ -34,6 +40,9 @@ class Notifier:
             backend = None
             try:
                 backend = await self._open_backend()
+                if getattr(backend, "pooled", False):  # only PostgreSQL's backends can tell
+                    self._poll_instead()
+                    return
                 async with backend.listen([JOBS_CHANNEL, CONTROL_CHANNEL]) as notifications:
                     delay = 0.1
                     if self.listening.is_set():
@@ -57,6 +66,15 @@ class Notifier:
                         await backend.close()
             await state.clock.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _poll_instead(self) -> None:
+        settings = self._state.settings
+        where = "the listen_url" if settings.listen_url else "the database URL (no listen_url given)"
+        self._state.events.emit(
+            "listen_unavailable", f"{where} goes through a connection pooler, where LISTEN cannot hold "
+            f"a session: polling for jobs every {settings.poll_interval}s and for cancel requests every "
+            f"{settings.control_poll}s (give a direct listen_url to be woken instead)", level=logging.WARNING)
+        self.listening.set()
 
     def _catch_up(self) -> None:
         """Notifications may have been missed while disconnected."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from ..backends import AsyncBackend, Capabilities
@@ -27,6 +28,7 @@ class Pool:
         self._free: asyncio.Queue = asyncio.Queue()
         self._all: list[Any] = []
         self._first: AsyncBackend | None = None
+        self.answered_at: float | None = None  # monotonic: the last call the database answered (health)
 
     async def open(self) -> None:
         """Open the first client (the rest open when first needed)."""
@@ -65,6 +67,8 @@ class Pool:
                 await self._discard(client)
             client = None
             raise
+        else:
+            self.answered_at = time.monotonic()
         finally:
             self._free.put_nowait(client)
 

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, Iterable
 from ..backends import open_async_backend
 from ..client import resolve_url
 from ..errors import ConfigError, PersistenceFailed
+from ..observability.endpoints import WorkerEndpoints
 from .cancel_watcher import CancelWatcher
 from .claimer import Claimer
 from .clock import Clock, SystemClock
@@ -51,6 +52,8 @@ class Runtime:
         self._wrap_client = wrap_client
         self._clock = clock or SystemClock()
         self._events = Events(settings.owner_id)
+        self._endpoints = (WorkerEndpoints(settings, self._events, self.started)
+                           if settings.metrics_port is not None else None)
         self._shutdown: Shutdown | None = None
         self._stop_before_start: bool | None = None  # a stop request's "now", before there was a state
 
@@ -68,11 +71,15 @@ class Runtime:
         background: list[asyncio.Task] = []
         state: WorkerState | None = None
         try:
+            if self._endpoints is not None:
+                self._endpoints.start(loop)
             await pool.open()
             self.backend_name = pool.backend.name
             self.settings = self.settings.for_backend(pool.capabilities)
             await self._check_schema(pool)
             state = WorkerState(self.settings, self._clock, self._events, self.counts)
+            if self._endpoints is not None:
+                self._endpoints.attach(state, pool, self.backend_name)
             writer = FencedWriter(state, pool)
             completer = Completer(state, writer)
             heartbeater = Heartbeater(state, pool, writer)
@@ -93,7 +100,7 @@ class Runtime:
             if self.settings.batch_completions:
                 background.append(loop.create_task(self._guard("completions", completer.run)))
             if pool.capabilities.notifications:
-                notifier = Notifier(state, self._open_backend, watcher.check)
+                notifier = Notifier(state, self._listen_opener(), watcher.check)
                 background.append(loop.create_task(self._guard("listener", notifier.run)))
                 await self._clock.wait(notifier.listening, LISTEN_WAIT)
             if self.settings.reap_interval:
@@ -122,8 +129,18 @@ class Runtime:
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
+            if self._endpoints is not None:
+                await asyncio.to_thread(self._endpoints.close)
             await pool.close()
             self._events.emit("worker_stopped", "worker stopped", **self.counts)
+
+    def _listen_opener(self) -> BackendOpener:
+        """LISTEN's connection: the listen_url's when given (a direct one,
+        where the database URL goes through PgBouncer), else the worker's."""
+        listen_url = self.settings.listen_url
+        if listen_url is None:
+            return self._open_backend
+        return lambda: open_async_backend(listen_url)
 
     async def _check_schema(self, pool: Pool) -> None:
         """Fail fast, with a clear message, on a database without fenceq."""
@@ -178,8 +195,15 @@ class Worker:
       running this long later is cancelled (default 10; ``None`` = never).
     - ``record_pid``: ``set_pid`` with this process id on every claim.
     - ``connections``: client connections (default 2 to 8 by concurrency).
+    - ``listen_url``: where to LISTEN (PostgreSQL), when ``url`` goes
+      through PgBouncer; without it such a worker polls (docs/dba.md).
     - ``wrap_client``: a function applied to every client the worker opens
       (instrumentation, fault injection in tests).
+    - ``metrics_port``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on
+      this port (0: any free one) of ``metrics_host`` (default 127.0.0.1);
+      ``health_window`` (30): ``/healthz`` fails once the database has not
+      answered for this long; ``stats_interval`` (5): ``queue_stats`` is
+      read for the metrics at most this often (docs/observability.md).
 
     The options are readable as attributes (``worker.lease``, …), as
     ``worker.settings`` holds them.
@@ -196,7 +220,10 @@ class Worker:
                  purge_interval: timedelta | float = 60.0, complete_window: float = 0.0,
                  batch_completions: bool = True, cancel_grace: timedelta | float | None = 10.0,
                  record_pid: bool = False, connections: int | None = None,
-                 wrap_client: ClientWrapper | None = None):
+                 wrap_client: ClientWrapper | None = None, listen_url: str | None = None,
+                 metrics_port: int | None = None,
+                 metrics_host: str = "127.0.0.1", health_window: timedelta | float = 30.0,
+                 stats_interval: timedelta | float = 5.0):
         if not isinstance(app, Registry):
             raise TypeError("Worker needs a fenceq.App")
         self.app = app
@@ -211,7 +238,9 @@ class Worker:
             reap_interval=reap_interval, purge_after=purge_after,
             purge_submissions_after=purge_submissions_after, purge_interval=purge_interval,
             complete_window=complete_window, batch_completions=batch_completions, cancel_grace=cancel_grace,
-            record_pid=record_pid, connections=connections)
+            record_pid=record_pid, connections=connections, listen_url=listen_url,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host, health_window=health_window, stats_interval=stats_interval)
         self._runtime = Runtime(app, settings, open_backend=lambda: open_async_backend(self.url),
                                 wrap_client=wrap_client, counts=self.counts, started=self.started)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -9,7 +9,7 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..backends import Capabilities
+from ..backends import Capabilities, backend_of
 from ..errors import ConfigError
 
 # The most jobs one claim_batch, complete_batch or reap round handles.
@@ -58,18 +58,30 @@ class WorkerSettings:
     cancel_grace: float | None
     record_pid: bool
     connections: int
+    listen_url: str | None = None
+    # The metrics and health endpoints (docs/observability.md); no port: none.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    health_window: float = 30.0    # /healthz fails once the database has not answered for this long
+    stats_interval: float = 5.0    # queue_stats is read at most once per this, however many scrape
 
     @classmethod
     def from_options(cls, *, queues, concurrency, owner_id, lease, budget, heartbeat_fraction, drain_timeout,
                      poll_interval, control_poll, reap_interval, purge_after, purge_submissions_after,
                      purge_interval, complete_window, batch_completions, cancel_grace, record_pid,
-                     connections) -> "WorkerSettings":
+                     connections, listen_url=None, metrics_port=None, metrics_host="127.0.0.1",
+                     health_window=30.0, stats_interval=5.0) -> "WorkerSettings":
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 10_000:
             raise _invalid("concurrency must be an integer from 1 to 10000")
         if not 0 < heartbeat_fraction < 1:
             raise _invalid("heartbeat_fraction must be between 0 and 1")
         if not queues:
             raise _invalid("a worker needs at least one queue")
+        if listen_url is not None and backend_of(listen_url) != "postgres":
+            raise _invalid("listen_url must be a postgresql:// URL")
+        if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise _invalid("metrics_port must be a port number from 0 to 65535")
         return cls(
             queues=tuple(queues), concurrency=concurrency, owner_id=owner_id or default_owner_id(),
             lease=seconds(lease, "lease"), budget=seconds(budget, "budget"),
@@ -82,7 +94,10 @@ class WorkerSettings:
             purge_interval=seconds(purge_interval, "purge_interval") or 60.0,
             complete_window=max(0.0, float(complete_window)), batch_completions=batch_completions,
             cancel_grace=seconds(cancel_grace, "cancel_grace"), record_pid=record_pid,
-            connections=connections or max(2, min(concurrency, 8)))
+            connections=connections or max(2, min(concurrency, 8)), listen_url=listen_url or None,
+            metrics_port=metrics_port, metrics_host=metrics_host,
+            health_window=seconds(health_window, "health_window") or 30.0,
+            stats_interval=seconds(stats_interval, "stats_interval") or 5.0)
 
     def for_backend(self, capabilities: Capabilities) -> "WorkerSettings":
         """The intervals left unset take the backend's defaults (long where

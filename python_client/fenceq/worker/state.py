@@ -70,6 +70,14 @@ class InFlight:
         self.deadline = min(sent + self.lease, self.budget_deadline)
         self.next_heartbeat = sent + self.lease * heartbeat_fraction
 
+    def extended(self, sent: float, budget: float, heartbeat_fraction: float) -> None:
+        """The database extended the budget (and renewed the lease) by a call
+        sent at ``sent``: the budget now ends no earlier than sent + budget,
+        since the database read its clock later."""
+        self.budget_deadline = (sent + budget if self.budget_deadline == float("inf")
+                                else max(self.budget_deadline, sent + budget))
+        self.renewed(sent, heartbeat_fraction)
+
 
 class WorkerState:
     def __init__(self, settings: WorkerSettings, clock: Clock, events: Events, counts: dict[str, int]):

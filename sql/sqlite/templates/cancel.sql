@@ -12,9 +12,7 @@
 -- (workers see the request through claim_state), and a NULL force means
 -- false (PostgreSQL refuses an explicit NULL with QF100).
 {{error_table}}
-CREATE TEMP TABLE IF NOT EXISTS fenceq_cancel (
-    seq INTEGER NOT NULL, answer TEXT NOT NULL, now INTEGER NOT NULL);
-DELETE FROM temp.fenceq_cancel;
+{{cancel_scratch}}
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: job_id must be 1 to 36 characters' AS message
@@ -24,20 +22,11 @@ SELECT sqlstate, message FROM (
 ) ORDER BY rank LIMIT 1;
 INSERT INTO temp.fenceq_cancel (seq, answer, now)
 SELECT j.seq,
-       CASE WHEN j.status = 'pending' OR (j.status = 'claimed' AND coalesce(:force, 0)) THEN 'cancelled'
-            WHEN j.status = 'claimed' THEN 'cancel_requested'
-            ELSE j.status END,
+       {{cancel_answer(j, coalesce(:force, 0))}},
        {{now}}
   FROM fenceq__jobs AS j
  WHERE j.job_id = :job_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
-  FROM temp.fenceq_cancel AS c
- WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
-   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-UPDATE fenceq__jobs SET cancel_requested = 1
-  FROM temp.fenceq_cancel AS c
- WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
-   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+{{cancel_writes}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT c.answer FROM temp.fenceq_cancel AS c) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

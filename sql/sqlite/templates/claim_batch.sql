@@ -96,6 +96,8 @@ INSERT INTO fenceq__claims (claim_token, job_id, generation, owner_id, claimed_a
 SELECT c.token, j.job_id, j.generation, :owner_id, c.now
   FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+{{record_rate_window((SELECT c.seq, c.token, c.now FROM temp.fenceq_claim AS c
+                       WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)))}}
 SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
        generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
        checkpoints

@@ -90,6 +90,8 @@ SELECT :claim_token, j.job_id, j.generation, :owner_id, c.now
   FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE c.sqlstate IS NULL
    AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;
+{{record_rate_window((SELECT c.seq, :claim_token AS token, c.now FROM temp.fenceq_claim_next AS c
+                       WHERE c.sqlstate IS NULL))}}
 SELECT c.sqlstate, c.message, NULL AS detail,
        {{claim_nulls}}
   FROM temp.fenceq_claim_next AS c

@@ -34,6 +34,12 @@ strftime('%Y-%m-%dT%H:%M:%S', $micros / 1000000 - ($micros % 1000000 < 0),
          'unixepoch')
 || printf('.%06dZ', ($micros % 1000000 + 1000000) % 1000000)
 
+-- macro: valid_json(value)
+-- The value when it is valid JSON text, else NULL (json_type and json_tree
+-- raise an error on malformed JSON; on NULL they answer nothing).
+CASE WHEN typeof($value) = 'text' AND json_valid($value)
+     THEN $value END
+
 -- macro: as_json_array(value)
 -- The value when it is JSON text holding an array, else NULL.
 CASE WHEN json_valid($value)
@@ -157,6 +163,34 @@ SELECT j.seq, c.now,
 owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
 budget_expires_at = NULL, pid = NULL
 
+-- Cancels (cancel, cancel_matching) ---------------------------------------
+
+-- macro: cancel_scratch
+-- temp.fenceq_cancel: the jobs to cancel (seq), what each becomes (answer)
+-- and the clock reading.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_cancel (
+    seq INTEGER NOT NULL, answer TEXT NOT NULL, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_cancel;
+
+-- macro: cancel_answer(job, force)
+-- What a cancel makes of job $job: pending (or claimed, with $force) ->
+-- 'cancelled', which kills any fence; claimed -> 'cancel_requested'; a
+-- terminal job keeps its status (and is left as it is).
+CASE WHEN $job.status = 'pending' OR ($job.status = 'claimed' AND $force) THEN 'cancelled'
+     WHEN $job.status = 'claimed' THEN 'cancel_requested'
+     ELSE $job.status END
+
+-- macro: cancel_writes
+-- Apply the answers of temp.fenceq_cancel.
+UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
+  FROM temp.fenceq_cancel AS c
+ WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs SET cancel_requested = 1
+  FROM temp.fenceq_cancel AS c
+ WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
 -- macro: dead_letters_from(scratch)
 -- Write the dead letters chosen in a scratch table (its dlq_id is set for
 -- each job that fails for good in a queue that keeps them).
@@ -234,7 +268,13 @@ UNION ALL SELECT 2, 'QF106', 'fenceq: a fence is malformed'
 
 -- macro: queue_heads(per_queue, queues)
 -- The first $per_queue eligible jobs of each named, unpaused queue, each
--- read through the partial claim index (a claim merges these heads).
+-- read through the partial claim index (a claim merges these heads). A
+-- queue with limits (set_queue_limits) offers only what they allow now: at
+-- most max_claimed minus its claimed jobs, at most rate_limit minus its
+-- claims in the last rate_period, and per concurrency_key at most
+-- max_claimed_per_key minus the key's claimed jobs (a key at its limit is
+-- passed over for the next job of another key). Writers are serialised, so
+-- the counts are exact.
 SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
   FROM fenceq__queues AS q
   JOIN clock
@@ -245,6 +285,47 @@ SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
         ORDER BY h.priority DESC, h.run_at, h.seq
         LIMIT $per_queue)
  WHERE q.queue IN (SELECT a.value FROM json_each($queues) AS a) AND NOT q.paused
+   AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
+UNION ALL
+SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+  FROM fenceq__queues AS q
+  JOIN clock
+  JOIN fenceq__jobs AS j ON j.seq IN (
+       SELECT h.seq FROM (
+           SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                  row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS rank
+             FROM (SELECT h.seq, h.priority, h.run_at, h.concurrency_key,
+                          row_number() OVER (PARTITION BY h.concurrency_key
+                                             ORDER BY h.priority DESC, h.run_at, h.seq) AS key_rank
+                     FROM fenceq__jobs AS h
+                    WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+                      AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
+            WHERE q.max_claimed_per_key IS NULL OR h.concurrency_key IS NULL
+               OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
+                                 WHERE k.queue = q.queue AND k.status = 'claimed'
+                                   AND k.concurrency_key = h.concurrency_key) <= q.max_claimed_per_key) AS h
+        WHERE h.rank <= $per_queue
+          AND h.rank <= coalesce(q.max_claimed - (SELECT count(*) FROM fenceq__jobs AS c
+                                                   WHERE c.queue = q.queue AND c.status = 'claimed'), h.rank)
+          AND h.rank <= coalesce(q.rate_limit - (SELECT count(*) FROM fenceq__rate_window AS w
+                                                  WHERE w.queue = q.queue
+                                                    AND w.claimed_at > clock.now - q.rate_period), h.rank))
+ WHERE q.queue IN (SELECT a.value FROM json_each($queues) AS a) AND NOT q.paused
+   AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL)
+
+-- macro: record_rate_window(claims)
+-- Claims of a queue with a rate limit are recorded in its rate window (with
+-- the claim's clock reading); entries older than one rate_period go.
+DELETE FROM fenceq__rate_window
+ WHERE EXISTS (SELECT 1 FROM fenceq__queues AS q
+                WHERE q.queue = fenceq__rate_window.queue AND q.rate_limit IS NOT NULL
+                  AND fenceq__rate_window.claimed_at + q.rate_period
+                      <= {{now}});
+INSERT INTO fenceq__rate_window (queue, claimed_at)
+SELECT j.queue, c.now
+  FROM $claims AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.rate_limit IS NOT NULL AND j.claim_token = c.token;
 
 -- macro: claimed_by(token)
 -- The assignments of a claim: row c of a scratch table holds the job's
@@ -276,3 +357,55 @@ j.generation, j.claim_token,
 {{micros_utc_text(j.budget_expires_at)}},
 j.cancel_requested, j.submission_id,
 (SELECT json_group_object(k.step, json(k.value)) FROM fenceq__checkpoints AS k WHERE k.job_id = j.job_id)
+
+-- Named locks (acquire_lock, renew_lock, release_lock, check_lock) ------------
+
+-- macro: lock_name_check
+-- QF102 unless :lock is a name: the first branch (rank 1) of a ranked
+-- UNION ALL.
+SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: lock must be 1 to 255 characters' AS message
+ WHERE NOT {{identifier(:lock, 255)}}
+
+-- macro: owner_id_check(rank)
+-- QF102 unless :owner_id is an id: a branch of a ranked UNION ALL.
+UNION ALL SELECT $rank, 'QF102', 'fenceq: owner_id must be 1 to 255 characters'
+ WHERE NOT {{identifier(:owner_id, 255)}}
+
+-- macro: lock_token_check(rank)
+-- QF104 unless :token is a positive INTEGER: a branch of a ranked UNION ALL.
+UNION ALL SELECT $rank, 'QF104', 'fenceq: token must be a positive integer'
+ WHERE NOT (typeof(:token) = 'integer' AND :token >= 1)
+
+-- macro: ttl_checks(rank)
+-- QF100 without :ttl, QF105 unless it is a positive INTEGER (microseconds):
+-- branches of a ranked UNION ALL (they exclude each other, so share a rank).
+UNION ALL SELECT $rank, 'QF100', 'fenceq: ttl is required'
+ WHERE :ttl IS NULL
+UNION ALL SELECT $rank, 'QF105', 'fenceq: ttl must be positive'
+ WHERE NOT {{optional_integer(:ttl, > 0)}}
+
+-- macro: ttl_bound_check(decision)
+-- QF105 when now + :ttl passes year 9999, now being the clock reading of
+-- the scratch table $decision (PostgreSQL refuses such a ttl as well).
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF105', 'fenceq: ttl reaches beyond years 0001-9999'
+  FROM $decision AS d
+ WHERE :ttl > 253402300799999999 - d.now AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: lock_hold_decision
+-- temp.fenceq_lock_hold: the clock reading the write uses (now) and whether
+-- :owner_id holds :lock live with :token (live). The clock is read here,
+-- after BEGIN IMMEDIATE took the write lock.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_lock_hold (now INTEGER NOT NULL, live INTEGER NOT NULL);
+DELETE FROM temp.fenceq_lock_hold;
+INSERT INTO temp.fenceq_lock_hold (now, live)
+SELECT c.now, coalesce(l.owner_id = :owner_id AND l.token = :token AND l.expires_at > c.now, 0)
+  FROM (SELECT {{now}} AS now) AS c
+  LEFT JOIN fenceq__locks AS l ON l.lock = :lock
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: lock_hold_answer
+-- The result row of renew_lock and release_lock: live as the value.
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT h.live FROM temp.fenceq_lock_hold AS h) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -160,9 +160,16 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.active_key, j.dlq_id,
        {{micros_utc_text(j.created_at)}} AS created_at,
        {{micros_utc_text(j.finished_at)}} AS finished_at,
+       j.concurrency_key,
+       0 AS blocked_by,  -- differs from PostgreSQL: no dependencies on SQLite yet
        j.progress,
        {{micros_utc_text(j.progress_at)}} AS progress_at
   FROM fenceq__jobs AS j;
+
+CREATE VIEW IF NOT EXISTS fenceq_checkpoints AS
+SELECT c.job_id, c.step, c.value, c.generation,
+       {{micros_utc_text(c.recorded_at)}} AS recorded_at
+  FROM fenceq__checkpoints AS c;
 
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
 SELECT c.job_id, c.generation, c.owner_id,
@@ -184,7 +191,19 @@ SELECT q.queue,
        n.now - (SELECT min(j.run_at) FROM fenceq__jobs AS j
                  WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= n.now) AS oldest_due_age,
        q.paused,
-       q.notify
+       q.notify,
+       q.max_claimed,
+       q.max_claimed_per_key,
+       coalesce((SELECT max(k.claimed) FROM (
+           SELECT count(*) AS claimed FROM fenceq__jobs AS j
+            WHERE j.queue = q.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+              AND q.max_claimed_per_key IS NOT NULL
+            GROUP BY j.concurrency_key) AS k), 0) AS busiest_key_claimed,
+       q.rate_limit,
+       q.rate_period,
+       (SELECT count(*) FROM fenceq__rate_window AS w
+         WHERE w.queue = q.queue AND w.claimed_at > n.now - q.rate_period) AS rate_used,
+       0 AS blocked  -- differs from PostgreSQL: no dependencies on SQLite yet
   FROM fenceq__queues AS q,
        (SELECT {{now}} AS now) AS n;
 
@@ -194,6 +213,65 @@ SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts,
        {{micros_utc_text(d.replayed_at)}} AS replayed_at,
        {{micros_utc_text(d.discarded_at)}} AS discarded_at
   FROM fenceq__dead_letters AS d;
+
+-- The rate window: one row per successful claim of a queue with a rate
+-- limit, kept for one rate_period (claims prune the older ones).
+CREATE TABLE IF NOT EXISTS fenceq__rate_window (
+    queue      TEXT NOT NULL,
+    claimed_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS fenceq__rate_window_queue_idx ON fenceq__rate_window (queue, claimed_at);
+
+-- Named locks (docs/guarantees.md §15): one row per lock name ever acquired.
+-- A release clears owner_id and expires_at but keeps the row and its token,
+-- so that the lock's fencing tokens only rise, across releases too. A row is
+-- held while owner_id is set and expires_at is after now.
+CREATE TABLE IF NOT EXISTS fenceq__locks (
+    lock       TEXT NOT NULL PRIMARY KEY,
+    owner_id   TEXT,
+    token      INTEGER NOT NULL CHECK (token >= 0),
+    expires_at INTEGER,
+    CHECK ((owner_id IS NULL) = (expires_at IS NULL))
+) STRICT;
+
+CREATE VIEW IF NOT EXISTS fenceq_locks AS
+SELECT l.lock, l.owner_id, l.token,
+       {{micros_utc_text(l.expires_at)}} AS expires_at
+  FROM fenceq__locks AS l;
+
+-- Periodic schedules (docs/guarantees.md §14): the job each submits, its
+-- cron expression as written (the client evaluates it: SQLite has no time
+-- zones), the next occurrence tick submits (NULL while paused or when none
+-- is left before year 10000), and revision, raised by every change of the
+-- definition, which tick's caller reads and tick.sql compares.
+CREATE TABLE IF NOT EXISTS fenceq__schedules (
+    schedule     TEXT NOT NULL PRIMARY KEY,
+    queue        TEXT NOT NULL,
+    task         TEXT NOT NULL,
+    cron         TEXT NOT NULL,
+    time_zone    TEXT NOT NULL,
+    payload      TEXT,
+    priority     INTEGER,
+    max_attempts INTEGER,
+    active_key   TEXT,
+    paused       INTEGER NOT NULL,
+    next_run_at  INTEGER,
+    last_run_at  INTEGER,
+    last_job_id  TEXT,
+    revision     INTEGER NOT NULL
+) STRICT;
+-- tick reads the due schedules, the longest due first.
+CREATE INDEX IF NOT EXISTS fenceq__schedules_due_idx
+    ON fenceq__schedules (next_run_at)
+    WHERE next_run_at IS NOT NULL;
+
+CREATE VIEW IF NOT EXISTS fenceq_schedules AS
+SELECT s.schedule, s.queue, s.task, s.cron, s.time_zone, s.payload, s.priority, s.max_attempts,
+       s.active_key, s.paused,
+       {{micros_utc_text(s.next_run_at)}} AS next_run_at,
+       {{micros_utc_text(s.last_run_at)}} AS last_run_at,
+       s.last_job_id
+  FROM fenceq__schedules AS s;
 
 -- The schema version, read by version.sql.
 PRAGMA user_version = 3;

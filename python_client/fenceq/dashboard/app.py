@@ -1,0 +1,375 @@
+"""The dashboard's WSGI application: routes, the pages' data, actions.
+
+Every read goes through the client (``fenceq.Client``) and the backend
+reads of ``backends/protocol.py``: keyset pages, each driven by an index,
+on PostgreSQL and SQLite alike. Nothing is cached: a page shows the
+database as it is when loaded.
+
+Safety: pages are escaped by Jinja2's autoescape, payloads and errors are
+clipped, and no page shows a claim token (no view the dashboard reads has
+one). Actions exist only with ``allow_actions``, as POST forms whose CSRF
+token is an HMAC of a per-browser cookie (SameSite=Strict) under a
+per-process secret. With ``allowed_hosts`` (the command line sets it) a
+request naming another Host is refused, so that a web page cannot reach a
+dashboard on loopback through DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import urllib.parse
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Iterator
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, NotFound
+from werkzeug.middleware.shared_data import SharedDataMiddleware
+from werkzeug.routing import Map, Rule
+from werkzeug.utils import redirect
+from werkzeug.wrappers import Request, Response
+
+from ..backends.protocol import FINISHED_STATUSES, OPTIONAL_VIEWS
+from ..client import Client, connect, resolve_url
+from ..errors import FenceqError, PersistenceFailed
+from ..observability.endpoints import serve, stop
+from ..types import Job
+from .format import FILTERS
+
+PAGE = 50
+CSRF_COOKIE = "fenceq_csrf"
+# How far back a search of finished jobs walks the finished_at index.
+WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+STATUSES = ("claimed", "pending", "finished") + FINISHED_STATUSES
+# What an action's redirect says (chosen by key: no text of the request is echoed).
+NOTICES = {
+    "replayed": "Dead letter replayed: the job is pending again, with a fresh attempt budget.",
+    "discarded": "Dead letter discarded.",
+    "not-open": "That dead letter was unknown or already handled; nothing changed.",
+    "paused": "Queue paused: no claims until it is resumed (it keeps accepting jobs).",
+    "resumed": "Queue resumed.",
+    "unchanged": "Nothing to change: the queue was already in that state.",
+    "cancel_requested": "Cancel requested: the running handler is told and the worker acknowledges it.",
+    "cancelled": "Job cancelled.",
+    "cancel-refused": "The job is not pending or running: nothing to cancel.",
+}
+HEADERS = {
+    # No script at all, assets from here only, no framing.
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class Dashboard:
+    """``Dashboard(url)`` is a WSGI application; ``serve_dashboard`` runs one."""
+
+    def __init__(self, url: str | None = None, *, allow_actions: bool = False,
+                 allowed_hosts: Iterable[str] | None = None, secret: bytes | None = None,
+                 open_client: Callable[[str], Client] = connect):
+        self.url = resolve_url(url)
+        self.allow_actions = allow_actions
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
+        self._secret = secret or secrets.token_bytes(32)
+        self._open_client = open_client
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        self.templates = Environment(loader=PackageLoader("fenceq.dashboard", "templates"), autoescape=True,
+                                     undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        self.templates.filters.update(FILTERS)
+        self.routes = Map([
+            Rule("/", endpoint="home"),
+            Rule("/queues", endpoint="queues"),
+            Rule("/jobs", endpoint="jobs"),
+            Rule("/jobs/<path:job_id>", endpoint="job"),  # a job id may hold a slash
+            Rule("/dead-letters", endpoint="dead_letters"),
+            Rule("/schedules", endpoint="schedules"),
+            Rule("/locks", endpoint="locks"),
+            # Actions name their target in the form, beside the CSRF token.
+            *(Rule(f"/actions/{name}", endpoint=name, methods=["POST"])
+              for name in ("replay", "discard", "cancel", "pause", "resume")),
+        ])
+        self._wsgi = SharedDataMiddleware(self._respond, {"/static": ("fenceq.dashboard", "static")},
+                                          cache_timeout=3600)
+
+    def __call__(self, environ: dict, start_response: Any) -> Iterable[bytes]:
+        return self._wsgi(environ, start_response)
+
+    def close(self) -> None:
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # Plumbing -----------------------------------------------------------------------
+
+    def _respond(self, environ: dict, start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        try:
+            if self.allowed_hosts is not None and request.host not in self.allowed_hosts:
+                raise BadRequest("this dashboard answers only to the address it serves")
+            endpoint, values = self.routes.bind_to_environ(environ).match()
+            response = getattr(self, "page_" + endpoint)(request, **values)
+        except HTTPException as error:
+            response = self._error(request, error.code or 500, error.description or error.name)
+        except PersistenceFailed:
+            self._drop_client()
+            response = self._error(request, 503, "The database could not be reached; try again.")
+        except FenceqError as error:
+            if error.reason == "permission_denied":
+                response = self._error(request, 403, "The database refused: this role may not do that "
+                                       "(reading needs fenceq_worker's views, actions need fenceq_admin).")
+            else:
+                response = self._error(request, 400, str(error))
+        response.headers.extend(HEADERS)
+        return response(environ, start_response)
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[Client]:
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._open_client(self.url)
+            client = self._client
+        yield client
+
+    def _drop_client(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        views = context.pop("views", None)
+        if views is None:
+            with contextlib.suppress(FenceqError):
+                with self._db() as client:
+                    views = set(client.present_views())
+        response = Response(mimetype="text/html")
+        token = self._csrf_token(request, response) if self.allow_actions else ""
+        response.set_data(self.templates.get_template(template).render(
+            request=request, actions=self.allow_actions, csrf=token, views=views or set(),
+            optional_views=OPTIONAL_VIEWS, notice=NOTICES.get(request.args.get("notice", "")), **context))
+        response.status_code = status
+        return response
+
+    def _error(self, request: Request, status: int, message: str) -> Response:
+        return self._render(request, "error.html", status, views=set(), status_code=status, message=message)
+
+    # CSRF: the form carries HMAC(secret, cookie); a cross-site page can send
+    # neither the cookie (SameSite=Strict) nor read the token.
+
+    def _csrf_token(self, request: Request, response: Response) -> str:
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if len(cookie) != 43:
+            cookie = secrets.token_urlsafe(32)
+            response.set_cookie(CSRF_COOKIE, cookie, httponly=True, samesite="Strict", path="/")
+        return hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
+
+    def _check_action(self, request: Request, target: str) -> str:
+        """The action's target (a form field), once the action is allowed and its token is good."""
+        if not self.allow_actions:
+            raise Forbidden("This dashboard is read-only: start it with --allow-actions (and a role granted "
+                            "fenceq_admin) to replay, discard, cancel, pause or resume.")
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        expected = hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
+        if not cookie or not hmac.compare_digest(expected, request.form.get("csrf", "")):
+            raise Forbidden("The form's CSRF token is missing or stale: reload the page and try again.")
+        value = request.form.get(target, "")
+        if not value:
+            raise BadRequest(f"the form names no {target}")
+        return value
+
+    # Pages ----------------------------------------------------------------------------
+
+    def page_home(self, request: Request) -> Response:
+        return redirect("/queues")
+
+    def page_queues(self, request: Request) -> Response:
+        with self._db() as client:
+            rows = client.queue_overview()
+        extra = list(dict.fromkeys(column for row in rows for column in row.extra))
+        return self._render(request, "queues.html", queues=rows, extra_columns=extra)
+
+    def page_jobs(self, request: Request) -> Response:
+        args = request.args
+        form = {name: args.get(name, "").strip() for name in ("job_id", "submission_id", "queue", "task")}
+        form["status"] = args.get("status", "claimed")
+        form["window"] = args.get("window", "24h")
+        if form["status"] not in STATUSES or form["window"] not in WINDOWS:
+            raise BadRequest("unknown status or window")
+        jobs: list[Job] = []
+        after = None
+        message = None
+        with self._db() as client:
+            queues = [row.queue for row in client.queue_overview()]
+            if form["job_id"]:
+                if client.get_job(form["job_id"]) is not None:
+                    return redirect(job_path(form["job_id"]))
+                message = "No job has this id (it may have been purged)."
+            elif form["submission_id"]:
+                jobs = client.jobs_by_submission(form["submission_id"])
+                message = None if jobs else "No job has this submission id."
+            elif form["status"] == "pending" and not form["queue"]:
+                message = "Pending jobs are listed per queue, in claim order: pick a queue."
+            else:
+                jobs, after = self._job_page(client, form, _cursor(args.get("after")))
+        return self._render(request, "jobs.html", form=form, jobs=jobs, next_after=after, message=message,
+                            queues=queues, statuses=STATUSES, windows=list(WINDOWS))
+
+    def _job_page(self, client: Client, form: dict[str, str], cursor: Any) -> tuple[list[Job], str | None]:
+        queue, task = form["queue"] or None, form["task"] or None
+        status = form["status"]
+        if status == "pending":
+            after = None if cursor is None else (int(cursor[0]), _moment(cursor[1]), str(cursor[2]))
+            rows = client.pending_jobs(queue, task=task, after=after, limit=PAGE + 1)
+            key: Callable[[Job], list] = lambda j: [j.priority, j.run_at.isoformat(), j.job_id]
+        elif status == "claimed":
+            rows = client.claimed_jobs(queue=queue, task=task, after=None if cursor is None else str(cursor[0]),
+                                       limit=PAGE + 1)
+            key = lambda j: [j.job_id]
+        else:
+            since = datetime.now(timezone.utc) - WINDOWS[form["window"]]
+            after = None if cursor is None else (_moment(cursor[0]), str(cursor[1]))
+            rows = client.finished_jobs(since, status=None if status == "finished" else status, queue=queue,
+                                        task=task, after=after, limit=PAGE + 1)
+            key = lambda j: [j.finished_at.isoformat(), j.job_id]
+        return rows[:PAGE], (_encode_cursor(key(rows[PAGE - 1])) if len(rows) > PAGE else None)
+
+    def page_job(self, request: Request, job_id: str) -> Response:
+        with self._db() as client:
+            job = client.get_job(job_id)
+            if job is None:
+                raise NotFound("No job has this id (it may have been purged).")
+            attempts = client.attempts(job_id)
+            letters = client.dead_letters_of(job_id)
+            views = set(client.present_views())
+            checkpoints = client.checkpoints(job_id) if "checkpoints" in views else None
+        return self._render(request, "job.html", job=job, attempts=attempts, letters=letters,
+                            checkpoints=checkpoints, views=views)
+
+    def page_dead_letters(self, request: Request) -> Response:
+        queue = request.args.get("queue", "").strip() or None
+        handled = request.args.get("handled") == "1"
+        cursor = _cursor(request.args.get("after"))
+        after = None if cursor is None else (str(cursor[0]), str(cursor[1]))
+        with self._db() as client:
+            rows = client.dead_letter_page(queue=queue, include_handled=handled, after=after, limit=PAGE + 1)
+            queues = [row.queue for row in client.queue_overview()]
+        next_after = _encode_cursor([rows[PAGE - 1].job_id, rows[PAGE - 1].dlq_id]) if len(rows) > PAGE else None
+        return self._render(request, "dead_letters.html", letters=rows[:PAGE], queue=queue or "", handled=handled,
+                            queues=queues, next_after=next_after)
+
+    def page_schedules(self, request: Request) -> Response:
+        return self._named_page(request, "schedules", lambda client, after: client.schedules(
+            after=after, limit=PAGE + 1), lambda row: row.schedule)
+
+    def page_locks(self, request: Request) -> Response:
+        return self._named_page(request, "locks", lambda client, after: client.locks(after=after, limit=PAGE + 1),
+                                lambda row: row.lock)
+
+    def _named_page(self, request: Request, view: str, read: Callable[[Client, str | None], list],
+                    name: Callable[[Any], str]) -> Response:
+        """A page of a view keyed by name, shown only where the schema has the view."""
+        cursor = _cursor(request.args.get("after"))
+        with self._db() as client:
+            views = set(client.present_views())
+            if view not in views:
+                raise NotFound(f"This database has no {view} (its schema predates them, or this role may not "
+                               "read them).")
+            rows = read(client, None if cursor is None else str(cursor[0]))
+        next_after = _encode_cursor([name(rows[PAGE - 1])]) if len(rows) > PAGE else None
+        return self._render(request, f"{view}.html", rows=rows[:PAGE], next_after=next_after, views=views)
+
+    # Actions (POST, CSRF-checked, then redirect: reloading the result repeats nothing)
+
+    def page_replay(self, request: Request) -> Response:
+        dlq_id = self._check_action(request, "dlq_id")
+        with self._db() as client:
+            job_id = client.replay_dead_letter(dlq_id)
+        return redirect(f"{job_path(job_id)}?notice=replayed" if job_id else "/dead-letters?notice=not-open", 303)
+
+    def page_discard(self, request: Request) -> Response:
+        dlq_id = self._check_action(request, "dlq_id")
+        with self._db() as client:
+            done = client.discard_dead_letter(dlq_id)
+        return redirect("/dead-letters?notice=" + ("discarded" if done else "not-open"), 303)
+
+    def page_cancel(self, request: Request) -> Response:
+        job_id = self._check_action(request, "job_id")
+        with self._db() as client:
+            outcome = client.cancel(job_id)
+        notice = outcome if outcome in NOTICES else "cancel-refused"
+        return redirect(f"{job_path(job_id)}?notice={notice}", 303)
+
+    def page_pause(self, request: Request) -> Response:
+        return self._pause(request, True)
+
+    def page_resume(self, request: Request) -> Response:
+        return self._pause(request, False)
+
+    def _pause(self, request: Request, pause: bool) -> Response:
+        queue = self._check_action(request, "queue")
+        with self._db() as client:
+            changed = client.pause_queue(queue) if pause else client.resume_queue(queue)
+        return redirect("/queues?notice=" + (("paused" if pause else "resumed") if changed else "unchanged"), 303)
+
+
+def job_path(job_id: str) -> str:
+    return "/jobs/" + urllib.parse.quote(job_id)
+
+
+# Keyset cursors travel as base64url JSON lists of the last row's sort key.
+
+def _encode_cursor(key: list) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+
+
+def _cursor(text: str | None) -> list | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except ValueError:
+        raise BadRequest("the page cursor is malformed") from None
+    if not isinstance(value, list) or not value or not all(isinstance(v, (str, int)) for v in value):
+        raise BadRequest("the page cursor is malformed")
+    return value
+
+
+def _moment(text: Any) -> datetime:
+    try:
+        return datetime.fromisoformat(str(text))
+    except ValueError:
+        raise BadRequest("the page cursor is malformed") from None
+
+
+def start_dashboard(url: str | None, host: str, port: int, *, allow_actions: bool = False) -> tuple[Any, ...]:
+    """A dashboard served from a thread on (host, port) (0: any free port),
+    answering only to that address: (dashboard, server, thread)."""
+    dashboard = Dashboard(url, allow_actions=allow_actions, allowed_hosts=())
+    server, thread = serve(dashboard, host, port, "fenceq-dashboard")
+    bound = server.server_port
+    if host in ("0.0.0.0", "::"):
+        dashboard.allowed_hosts = None  # any address of the machine: no Host to hold requests to
+    else:
+        names = {host} | ({"localhost"} if host in ("127.0.0.1", "::1") else set())
+        dashboard.allowed_hosts = frozenset(f"[{n}]:{bound}" if ":" in n else f"{n}:{bound}" for n in names)
+    return dashboard, server, thread
+
+
+def serve_dashboard(url: str | None, host: str, port: int, *, allow_actions: bool = False,
+                    started: Callable[[str], None] = print) -> None:
+    """Serve until interrupted (KeyboardInterrupt, or SystemExit from a
+    SIGTERM handler); ``started`` is told the address."""
+    dashboard, server, thread = start_dashboard(url, host, port, allow_actions=allow_actions)
+    try:
+        started(f"http://{host}:{server.server_port}/")
+        thread.join()
+    finally:
+        stop(server, thread)
+        dashboard.close()
