@@ -53,7 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # are skipped; tests/test_pgbouncer.py checks that migrate refuses clearly.
 NEEDS_DIRECT_CONNECTION = frozenset({
     "test_up_down_up_round_trip", "test_downgrade_refuses_to_lose_data_unless_allowed",
-    "test_rollback_to_a_version", "test_demo_tells_its_story"})
+    "test_rollback_to_a_version", "test_demo_tells_its_story",
+    "test_rolling_back_to_version_2_refuses_while_a_lock_row_exists"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -208,9 +208,6 @@ class _Operations:
     def tick(self, *, max_rows: int | None = None) -> int:
         return self._call(ops.tick(max_rows))
 
-    def schedules(self) -> list[Schedule]:
-        return self._call(ops.schedules())
-
     def version(self) -> str:
         return self._call(ops.version())
 
@@ -246,7 +243,7 @@ class _Operations:
     def checkpoints(self, job_id: str) -> list[reads.Checkpoint]:
         return self._call(reads.checkpoints(job_id))
 
-    def schedules(self, *, after: str | None = None, limit: int = 50) -> list[reads.Schedule]:
+    def schedules(self, *, after: str | None = None, limit: int = 50) -> list[Schedule]:
         return self._call(reads.schedules(after, limit))
 
     def locks(self, *, after: str | None = None, limit: int = 50) -> list[reads.Lock]:

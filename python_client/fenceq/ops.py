@@ -20,8 +20,8 @@ from typing import Any, Mapping
 from . import cron as cron_expression
 from . import validate as v
 from .errors import config_error
-from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
-                    Schedule, SchemaCheck)
+from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats,
+                    ReapResult, SchemaCheck)
 
 
 @dataclass(frozen=True)
@@ -516,5 +516,3 @@ def tick(max_rows=None) -> Op:
                             optional=("max_rows",)), Shape.SCALAR, int)
 
 
-def schedules() -> Op:
-    return Op("schedules", (), Shape.ROWS, Schedule, writes=False)

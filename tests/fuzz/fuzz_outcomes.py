@@ -44,11 +44,6 @@ SQLITE_DOCUMENTED_CODES = {"22008": "a computed time beyond year 9999 (sql/sqlit
 # (engine, function, SQLSTATE or finding kind) -> why it is tolerated for now.
 # Reported to the lead with a reproduction (docs/fuzzing.md, Findings).
 KNOWN_FINDINGS: dict[tuple[str, str, str], str] = {
-    ("sqlite", "replay_dead_letter", "PersistenceFailed"):
-        "replaying a dead letter whose active key another live job holds hits the UNIQUE index "
-        "(sqlite3.IntegrityError) where PostgreSQL answers QF202",
-    ("sqlite-file", "replay_dead_letter", "IntegrityError"):
-        "the same, run as a statement file",
     ("sqlite-file", "claim_batch", "IntegrityError"):
         "claim_tokens NULL reaches a STRICT scratch table: 'datatype mismatch' instead of QF100",
     ("sqlite-file", "purge", "IntegrityError"):

@@ -62,8 +62,6 @@ _VIEWS = {
                     " WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)"
                     " AND (%(include_handled)s::boolean OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT %(limit)s::integer",
-    "schedules": "SELECT schedule, queue, task, cron, time_zone, payload, priority, max_attempts, active_key,"
-                 " paused, next_run_at, last_run_at, last_job_id FROM fenceq.schedules ORDER BY schedule",
 }
 
 # The reads of protocol.py: each is driven by an index (plans in docs/observability.md).

@@ -10,13 +10,13 @@ Every driver import and every engine-specific line lives in this package.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, AsyncContextManager, AsyncIterator, ContextManager, Protocol, Sequence
 
 from .. import validate as v
 from ..errors import config_error
 from ..ops import Arg, Op, Shape
-from ..types import DeadLetter, Job, QueueStats
+from ..types import DeadLetter, Job, QueueStats, Schedule
 
 # The channels the SQL notifies on (PostgreSQL): a job of the named queue is
 # due, and a claim's state changed (the payload is the job id).
@@ -137,23 +137,6 @@ class Checkpoint:
     value: Any
     generation: int
     recorded_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    schedule: str
-    queue: str
-    task: str
-    cron: str
-    time_zone: str
-    payload: Any
-    priority: int | None
-    max_attempts: int | None
-    active_key: str | None
-    paused: bool
-    next_run_at: datetime | None
-    last_run_at: datetime | None
-    last_job_id: str | None
 
 
 @dataclass(frozen=True, slots=True)

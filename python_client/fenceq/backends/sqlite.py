@@ -55,8 +55,6 @@ _VIEWS = {
                     " WHERE (:queue IS NULL OR queue = :queue)"
                     " AND (:include_handled OR (replayed_at IS NULL AND discarded_at IS NULL))"
                     " ORDER BY failed_at, dlq_id LIMIT :limit",
-    "schedules": "SELECT schedule, queue, task, cron, time_zone, payload, priority, max_attempts, active_key,"
-                 " paused, next_run_at, last_run_at, last_job_id FROM fenceq_schedules ORDER BY schedule",
 }
 
 # The reads of protocol.py, each driven by an index. Differs from PostgreSQL
