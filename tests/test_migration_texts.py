@@ -21,6 +21,10 @@ RELEASED = {
     "migrations/postgres/0002_fenceq_v2.py": "d9d2f83e7936ce018e45de75cb244d3aa9308ac37e27ba9a1158ffa027539430",
     "migrations/postgres/sql/0002_fenceq_v2.sql": "d72f67770d79beecff18f2798186dc9cff524ca453cd2aec36749f64fcade520",
     "migrations/sqlite/0002_fenceq_v2.py": "b7b564de48da5b7a3731bd190ed1907797be4fab91eec374fc262606a2ba47ef",
+    "migrations/postgres/0003_fenceq_v3.py": "763465e4199fc7c1011de55c1decc2ca47de77cb39ba82b4badc4f1e03d59768",
+    "migrations/postgres/sql/0003_fenceq_v3.sql": "4a23d2530c151e71503e4914ad7480891acee8ab1c3fad8aa22f008a6e4e54cd",
+    "migrations/sqlite/0003_fenceq_v3.py": "3bb00c22de24e7706f8fe1973b0a7f70eaec9c9e1cfee685d1cff7eb1648a5ad",
+    "migrations/sqlite/sql/0003_fenceq_v3.sql": "879c84e594bfbc87de64c0d51cae60d31204928e9dff2aeb7523d6390a16c71d",
 }
 
 V1_COMMIT = "8e56bfc"

@@ -1,20 +1,23 @@
-"""fenceq v3: time and flow control, upgraded in place from v2.
+"""fenceq v3: time and flow control, dependencies, named locks, upgraded in
+place from v2.
 
-Why: version 3 adds what users say about time and load: next-due wake-ups,
-budget extension, bulk cancel, periodic schedules, concurrency and rate
-limits, fenced named locks. The step appends columns to the queue and job
-tables (nullable or with constant defaults: no row is rewritten), creates
-the new tables, drops the functions whose parameters changed (a function is
-never overloaded), then runs parts 2 to 9 of the v3 install.
+Why: version 3 adds what users say about time, load and order: next-due
+wake-ups, budget extension, bulk cancel, periodic schedules, concurrency and
+rate limits with concurrency keys, fenced named locks, and dependencies
+between jobs. The step applies sql/0003_fenceq_v3.sql: part 1b of the install
+appends columns to the queue and job tables (nullable or with constant
+defaults: no row is rewritten, but _queues and _jobs stay ACCESS EXCLUSIVE
+locked until the step commits, about 0.1 s: docs/dba.md section 7) and
+creates the new tables; the functions
+whose parameters changed are dropped (a function is never overloaded); then
+parts 2 to 9 of the v3 install run (functions, views, privileges, the
+admission check).
 
-UNRELEASED: until version 3 is released this step applies the live install
-files; at release its text is frozen into sql/0003_fenceq_v3.sql.
-
-Rollback drops what only version 3 has (every function, the views,
-the tables and columns v2 lacks), then reinstalls version 2 from the frozen
-v2 text. Schedules, locks, limits and concurrency keys are then lost: it
-takes its locks, then refuses (QF901) while any such data exists, unless
-fenceq.allow_data_loss is on.
+Rollback drops what only version 3 has (every function, the views, the
+tables and columns v2 lacks), then reinstalls version 2 from the frozen v2
+text. Schedules, locks, limits, concurrency keys and dependencies are then
+lost: it takes its locks, then refuses (QF901) while any such data exists,
+unless fenceq.allow_data_loss is on.
 """
 
 from pathlib import Path
@@ -22,34 +25,10 @@ from pathlib import Path
 from yoyo import step
 
 FOLDER = Path(__file__).parent / "sql"
-LIVE = Path(__file__).resolve().parents[2] / "sql" / "postgres"
-
-PRELUDE = """
-SELECT set_config('fenceq.installer_search_path', current_setting('search_path'), true),
-       set_config('search_path', 'pg_catalog, pg_temp', true);
-"""
-
-# Functions whose parameters version 3 changes: dropped before the install
-# recreates them, so none is ever overloaded.
-CHANGED = """
-DROP FUNCTION IF EXISTS fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text,
-    boolean);
-DROP FUNCTION IF EXISTS fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text,
-    boolean);
-DROP FUNCTION IF EXISTS fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer,
-    text, boolean);
-DROP FUNCTION IF EXISTS fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz,
-    integer, text, boolean);
-"""
-
-
-def _live_text():
-    files = sorted(p for p in LIVE.glob("[0-9]*.sql") if p.name >= "015")
-    return PRELUDE + CHANGED + "\n".join(p.read_text(encoding="utf-8") for p in files)
 
 
 def apply(conn):
-    conn.cursor().execute(_live_text())
+    conn.cursor().execute((FOLDER / "0003_fenceq_v3.sql").read_text(encoding="utf-8"))
 
 
 V2_TABLES = ("_queues", "_jobs", "_submissions", "_claims", "_checkpoints", "_dead_letters")

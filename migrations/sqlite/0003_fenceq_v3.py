@@ -1,15 +1,12 @@
-"""fenceq v3 for SQLite: time and flow control.
+"""fenceq v3 for SQLite: time and flow control, named locks, progress.
 
-Why: version 3 adds per-queue limits and concurrency keys (columns appended
-to the queue and job tables), new tables for its features, and views with
-appended columns. ALTER TABLE ... ADD COLUMN rewrites no row. The views are
-dropped and created again with their new columns.
-
-UNRELEASED: until version 3 is released this step brings a version 2 file
-to the live schema (sql/sqlite/schema.sql): it appends the columns the live
-tables have and the file lacks, creates missing tables and indexes, and
-recreates every view. At release its text is frozen into explicit
-statements in sql/0003_fenceq_v3.sql.
+Why: version 3 adds per-queue limits, the notify_done switch, concurrency
+keys and fenced progress (columns appended to the queue and job tables),
+tables for the rate window, named locks and schedules, and views with
+appended columns. It applies sql/0003_fenceq_v3.sql: the views are dropped,
+the columns appended (ALTER TABLE ... ADD COLUMN rewrites no row), the new
+tables and indexes created, the views created again, and the schema version
+set to 3. It takes the write lock for that only.
 
 Rollback drops what only version 3 has and sets the version back to 2. It
 takes the write lock, then refuses (QF901) while schedules, locks, limits or
@@ -18,12 +15,13 @@ concurrency keys would be lost, unless FENCEQ_ALLOW_DATA_LOSS=1.
 
 import os
 import sqlite3
+from pathlib import Path
 
 from yoyo import step
 
-from fenceq.backends.sqlite import schema_statements
 from fenceq.errors import config_error
 
+SQL = Path(__file__).parent / "sql" / "0003_fenceq_v3.sql"
 V2_TABLES = ("fenceq__queues", "fenceq__jobs", "fenceq__submissions", "fenceq__claims",
              "fenceq__checkpoints", "fenceq__dead_letters")
 V3_COLUMNS = {"fenceq__queues": ("max_claimed", "max_claimed_per_key", "rate_limit", "rate_period",
@@ -38,32 +36,19 @@ def _objects(cursor, kind):
 
 def apply(conn):
     cursor = conn.cursor()
-    live = sqlite3.connect(":memory:")
-    for statement in schema_statements():
-        live.execute(statement)
-    for view in _objects(cursor, "view"):
-        cursor.execute(f"DROP VIEW {view}")
-    have = _objects(cursor, "table")
-    for table, sql in _objects(live, "table").items():
-        if table not in have:
-            cursor.execute(sql)
-            continue
-        present = {row[1] for row in cursor.execute(f"PRAGMA table_xinfo({table})")}
-        for _, column, kind, not_null, default, _pk, _hidden in live.execute(f"PRAGMA table_xinfo({table})"):
-            if column not in present:
-                clause = f" NOT NULL DEFAULT {default}" if not_null else ""
-                cursor.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}{clause}")
-    have_indexes = _objects(cursor, "index")
-    for index, sql in _objects(live, "index").items():
-        if sql and index not in have_indexes:
-            cursor.execute(sql)
-    for _, sql in _objects(live, "view").items():
-        cursor.execute(sql)
-    live.close()
-    cursor.execute("PRAGMA user_version = 3")
+    for statement in _statements(SQL.read_text(encoding="utf-8")):
+        cursor.execute(statement)
 
 
-NOW_MICROS = "(unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000"
+def _statements(text):
+    """Complete statements of a script, comments kept with the statement after them."""
+    pending = ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n\t;"):
+                yield pending
+            pending = ""
 
 
 def rollback(conn):
@@ -101,16 +86,8 @@ def rollback(conn):
 
 def _v2_statements():
     """Version 2's schema is version 1's frozen text."""
-    from pathlib import Path
-
     text = (Path(__file__).parent / "sql" / "0001_fenceq_v1.sql").read_text(encoding="utf-8")
-    pending = ""
-    for line in text.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n\t;") and not pending.rstrip().endswith("user_version = 1;"):
-                yield pending
-            pending = ""
+    return (s for s in _statements(text) if not s.rstrip().endswith("user_version = 1;"))
 
 
 __depends__ = {"0002_fenceq_v2"}

@@ -1,0 +1,4751 @@
+-- fenceq migration 0003: version 2 -> 3, for PostgreSQL. Frozen at release.
+--
+-- Why: see 0003_fenceq_v3.py. Part 1 of the install (tables and indexes) is
+-- not run: part 1b (015) appends version 3's columns (nullable or with a
+-- constant default: no row is rewritten) and creates its tables; the
+-- functions whose parameters changed are dropped first (none is ever
+-- overloaded); then parts 2 to 9 of the v3 install run, as on a fresh
+-- install.
+
+SELECT set_config('fenceq.installer_search_path', current_setting('search_path'), true),
+       set_config('search_path', 'pg_catalog, pg_temp', true);
+
+DROP FUNCTION IF EXISTS fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text,
+    boolean);
+DROP FUNCTION IF EXISTS fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text,
+    boolean);
+DROP FUNCTION IF EXISTS fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer,
+    text, boolean);
+DROP FUNCTION IF EXISTS fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz,
+    integer, text, boolean);
+-- fenceq for PostgreSQL, part 1b: what version 3 adds to the tables of
+-- part 1.
+--
+-- Columns are appended with ALTER TABLE ... ADD COLUMN IF NOT EXISTS, never
+-- written into part 1's CREATE TABLE, so that a fresh install and an upgrade
+-- from version 2 build the same tables column for column. Every added column
+-- is nullable or has a constant default: adding it rewrites no row and holds
+-- its table's ACCESS EXCLUSIVE lock only for the catalog change.
+-- Idempotent like part 1.
+
+-- Flow control (docs/guarantees.md §12): per-queue limits, NULL = no limit.
+ALTER TABLE fenceq._queues
+    ADD COLUMN IF NOT EXISTS max_claimed integer,
+    ADD COLUMN IF NOT EXISTS max_claimed_per_key integer,
+    ADD COLUMN IF NOT EXISTS rate_limit integer,
+    ADD COLUMN IF NOT EXISTS rate_period interval;
+
+-- A job's concurrency key: max_claimed_per_key counts claimed jobs per key.
+ALTER TABLE fenceq._jobs
+    ADD COLUMN IF NOT EXISTS concurrency_key text COLLATE "C";
+
+-- The rate window: one row per successful claim of a queue with a rate
+-- limit, kept for one rate_period (claims prune the older ones), so that a
+-- claim can count the claims of the last period exactly.
+CREATE TABLE IF NOT EXISTS fenceq._rate_window (
+    queue      text COLLATE "C" NOT NULL,
+    claimed_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS _rate_window_queue_idx ON fenceq._rate_window (queue, claimed_at);
+
+-- Dependencies (docs/guarantees.md §16): job_id may not be claimed before
+-- depends_on completes. A job waiting on dependencies is pending with
+-- blocked_by > 0 (its unsatisfied dependencies) and run_at 'infinity', so the
+-- claim index passes over it as it passes over a job due later; the run_at
+-- it asked for waits in blocked_run_at until its last dependency completes.
+ALTER TABLE fenceq._jobs
+    ADD COLUMN IF NOT EXISTS blocked_by integer,
+    ADD COLUMN IF NOT EXISTS blocked_run_at timestamptz;
+CREATE TABLE IF NOT EXISTS fenceq._dependencies (
+    depends_on text COLLATE "C" NOT NULL,
+    job_id     text COLLATE "C" NOT NULL,
+    satisfied  boolean NOT NULL DEFAULT false,
+    CONSTRAINT _dependencies_pkey PRIMARY KEY (depends_on, job_id)
+);
+CREATE INDEX IF NOT EXISTS _dependencies_job_idx ON fenceq._dependencies (job_id);
+
+-- Named locks (docs/guarantees.md §15): one row per lock name ever
+-- acquired. A release clears owner_id and expires_at but keeps the row and
+-- its token, so that the lock's fencing tokens only rise, across releases
+-- too. A row is held while owner_id is set and expires_at is after now.
+CREATE TABLE IF NOT EXISTS fenceq._locks (
+    lock       text COLLATE "C" NOT NULL,
+    owner_id   text COLLATE "C",
+    token      bigint NOT NULL,
+    expires_at timestamptz,
+    CONSTRAINT _locks_pkey PRIMARY KEY (lock),
+    CONSTRAINT _locks_token_check CHECK (token >= 0),
+    CONSTRAINT _locks_holder_check CHECK ((owner_id IS NULL) = (expires_at IS NULL))
+);
+
+-- Periodic schedules (docs/guarantees.md §14): one row per schedule, the
+-- job it submits, its cron expression as written and parsed once by
+-- set_schedule (the allowed values of each field, ascending; weekdays 0-6
+-- from Sunday), and the next occurrence tick submits (NULL while paused or
+-- when none is left before year 10000).
+CREATE TABLE IF NOT EXISTS fenceq._schedules (
+    schedule      text COLLATE "C" NOT NULL,
+    queue         text COLLATE "C" NOT NULL,
+    task          text COLLATE "C" NOT NULL,
+    cron          text COLLATE "C" NOT NULL,
+    time_zone     text COLLATE "C" NOT NULL,
+    payload       jsonb,
+    priority      integer,
+    max_attempts  integer,
+    active_key    text COLLATE "C",
+    paused        boolean NOT NULL,
+    cron_minutes  integer[] NOT NULL,
+    cron_hours    integer[] NOT NULL,
+    cron_days     integer[] NOT NULL,
+    cron_months   integer[] NOT NULL,
+    cron_weekdays integer[] NOT NULL,
+    cron_days_and boolean NOT NULL,
+    next_run_at   timestamptz,
+    last_run_at   timestamptz,
+    last_job_id   text COLLATE "C",
+    CONSTRAINT _schedules_pkey PRIMARY KEY (schedule)
+);
+-- tick reads the due schedules, the longest due first.
+CREATE INDEX IF NOT EXISTS _schedules_due_idx
+    ON fenceq._schedules (next_run_at)
+    WHERE next_run_at IS NOT NULL;
+-- Waiting for results and fenced progress (docs/guarantees.md §17): whether
+-- a queue's terminal transitions notify fenceq_done (off by default: a
+-- notifying commit serialises, §11), and a claimed job's latest progress
+-- report. progress and progress_at are written by heartbeat-like updates:
+-- no index may cover them, so that those stay HOT.
+ALTER TABLE fenceq._queues
+    ADD COLUMN IF NOT EXISTS notify_done boolean NOT NULL DEFAULT false;
+ALTER TABLE fenceq._jobs
+    ADD COLUMN IF NOT EXISTS progress jsonb,
+    ADD COLUMN IF NOT EXISTS progress_at timestamptz;
+
+-- fenceq for PostgreSQL, part 2: private helpers.
+--
+-- Validation helpers raise QF1xx codes with messages that name the parameter,
+-- never its value (docs/guarantees.md §2). Every function in the schema is SECURITY
+-- DEFINER with a pinned search_path, so nothing on a caller's search_path can
+-- shadow what it uses, and grants can be added without touching bodies.
+
+-- _raise: raise a fenceq error. Inside submit_batch the element index being
+-- processed is kept in the transaction-local setting fenceq.batch_index and
+-- reported in DETAIL (an index, never content).
+CREATE OR REPLACE FUNCTION fenceq._raise(code text, message text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_index text := current_setting('fenceq.batch_index', true);
+BEGIN
+    IF v_index IS NULL OR v_index = '' THEN
+        RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = _raise.code, MESSAGE = 'fenceq: ' || _raise.message,
+        DETAIL = 'request index ' || v_index;
+END
+$$;
+COMMENT ON FUNCTION fenceq._raise(text, text) IS
+    'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
+
+-- _check_name: an id or name must be a non-empty string of at most
+-- max_length characters (docs/guarantees.md §2). NULL passes only when nullable.
+CREATE OR REPLACE FUNCTION fenceq._check_name(
+    value text, what text, max_length integer DEFAULT 255,
+    nullable boolean DEFAULT false, code text DEFAULT 'QF102')
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_name.value IS NULL THEN
+        IF NOT _check_name.nullable THEN
+            PERFORM fenceq._raise(_check_name.code, _check_name.what || ' is required');
+        END IF;
+    ELSIF length(_check_name.value) NOT BETWEEN 1 AND _check_name.max_length THEN
+        PERFORM fenceq._raise(_check_name.code, format('%s must be 1 to %s characters',
+            _check_name.what, _check_name.max_length));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_name(text, text, integer, boolean, text) IS
+    'Private. Refuse (QF102 by default) a NULL, empty or over-long id or name.';
+
+-- _check_names: _check_name for every element of an array; the array itself
+-- must be non-NULL, non-empty and hold at most 10,000 elements (QF100).
+CREATE OR REPLACE FUNCTION fenceq._check_names(names text[], what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_names.names IS NULL OR cardinality(_check_names.names) = 0 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' must be a non-empty array');
+    END IF;
+    IF cardinality(_check_names.names) > 10000 THEN
+        PERFORM fenceq._raise('QF100', _check_names.what || ' may hold at most 10000 elements');
+    END IF;
+    IF array_ndims(_check_names.names) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_names.names) AS v(name)
+        WHERE v.name IS NULL OR length(v.name) NOT BETWEEN 1 AND 255)
+    THEN
+        PERFORM fenceq._raise('QF102', _check_names.what || ' must hold strings of 1 to 255 characters');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_names(text[], text) IS
+    'Private. Refuse a NULL, empty or oversized array (QF100) or a bad element (QF102).';
+
+-- _check_fence: the four fence parts must be well formed (QF106). Whether the
+-- fence is live is decided later, under the row lock.
+CREATE OR REPLACE FUNCTION fenceq._check_fence(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_fence.job_id IS NULL OR length(_check_fence.job_id) NOT BETWEEN 1 AND 36
+       OR _check_fence.owner_id IS NULL OR length(_check_fence.owner_id) NOT BETWEEN 1 AND 255
+       OR _check_fence.claim_token IS NULL OR length(_check_fence.claim_token) NOT BETWEEN 1 AND 255
+       OR _check_fence.generation IS NULL OR _check_fence.generation < 1
+    THEN
+        PERFORM fenceq._raise('QF106', 'the fence is malformed');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_fence(text, text, bigint, text) IS
+    'Private. Refuse (QF106) a fence with an empty or over-long part or a generation below 1.';
+
+-- _check_interval: a duration must be positive (or >= 0 when allow_zero),
+-- have no month or day part (so no daylight-saving arithmetic applies), and
+-- be short enough that now + value (or, with backwards, now - value) stays
+-- within years 0001-9999, so no timestamp computed from it can overflow.
+-- A missing required duration is QF100; a bad one QF105.
+CREATE OR REPLACE FUNCTION fenceq._check_interval(
+    value interval, what text, allow_zero boolean DEFAULT false, nullable boolean DEFAULT true,
+    backwards boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_limit interval;
+BEGIN
+    IF _check_interval.value IS NULL THEN
+        IF NOT _check_interval.nullable THEN
+            PERFORM fenceq._raise('QF100', _check_interval.what || ' is required');
+        END IF;
+        RETURN;
+    END IF;
+    IF date_part('year', _check_interval.value) <> 0
+       OR date_part('month', _check_interval.value) <> 0
+       OR date_part('day', _check_interval.value) <> 0 THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' must not have month or day parts');
+    END IF;
+    IF _check_interval.value < interval '0'
+       OR (_check_interval.value = interval '0' AND NOT _check_interval.allow_zero) THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what
+            || CASE WHEN _check_interval.allow_zero THEN ' must not be negative' ELSE ' must be positive' END);
+    END IF;
+    v_limit := CASE WHEN _check_interval.backwards
+                    THEN clock_timestamp() - timestamptz '0001-01-01 00:00:00+00'
+                    ELSE timestamptz '9999-12-31 23:59:59.999999+00' - clock_timestamp() END;
+    IF _check_interval.value > v_limit THEN
+        PERFORM fenceq._raise('QF105', _check_interval.what || ' reaches beyond years 0001-9999');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_interval(interval, text, boolean, boolean, boolean) IS
+    'Private. Refuse (QF105) a negative or zero interval, one with month or day parts, or one reaching past years 0001-9999; QF100 when a required one is missing.';
+
+-- _check_time: timestamps must be finite and within years 0001-9999 UTC.
+CREATE OR REPLACE FUNCTION fenceq._check_time(value timestamptz, what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_time.value IS NOT NULL AND (
+        _check_time.value < timestamptz '0001-01-01 00:00:00+00'
+        OR _check_time.value >= timestamptz '10000-01-01 00:00:00+00') THEN
+        PERFORM fenceq._raise('QF105', _check_time.what || ' must be within years 0001-9999 UTC');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_time(timestamptz, text) IS
+    'Private. Refuse (QF105) an infinite timestamp or one outside years 0001-9999 UTC.';
+
+-- _canonical_json: the canonical JSON text of a jsonb value (docs/guarantees.md §4):
+-- keys sorted by code point (COLLATE "C" on UTF-8 bytes), no spaces, strings
+-- escaped and numbers printed as jsonb prints them. NULL gives 'null'.
+CREATE OR REPLACE FUNCTION fenceq._canonical_json(value jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+-- PL/pgSQL rather than SQL: its statement plans are cached for the session,
+-- where a non-inlined SQL function is planned again on every call.
+-- Scalars are spelled inline; only nested containers recurse.
+BEGIN
+    CASE jsonb_typeof(_canonical_json.value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(to_json(e.key)::text || ':' ||
+                           CASE WHEN jsonb_typeof(e.value) IN ('object', 'array')
+                                THEN fenceq._canonical_json(e.value) ELSE e.value::text END,
+                       ',' ORDER BY e.key COLLATE "C")
+                  FROM jsonb_each(_canonical_json.value) AS e), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(CASE WHEN jsonb_typeof(a.value) IN ('object', 'array')
+                                       THEN fenceq._canonical_json(a.value) ELSE a.value::text END,
+                       ',' ORDER BY a.ordinality)
+                  FROM jsonb_array_elements(_canonical_json.value) WITH ORDINALITY AS a), '') || ']';
+        ELSE
+            RETURN coalesce(_canonical_json.value::text, 'null');
+    END CASE;
+END
+$$;
+COMMENT ON FUNCTION fenceq._canonical_json(jsonb) IS
+    'Private. Canonical JSON text (sorted keys by code point, compact separators) used for fingerprints and size limits.';
+
+-- _check_json: finite JSON (jsonb already refuses NaN, Infinity and \u0000)
+-- nested at most 128 containers deep, of at most 1 MiB of UTF-8 in
+-- canonical form. The depth bound keeps _canonical_json (one recursion per
+-- level) far from the stack limit, and the client checks the same bound.
+-- jsonb's own text is never shorter than the canonical form, so it is a
+-- cheap first test of the size.
+CREATE OR REPLACE FUNCTION fenceq._check_json(value jsonb, what text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF jsonb_path_exists(_check_json.value,
+                         'strict $.**{128} ? (@.type() == "object" || @.type() == "array")') THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' is nested more than 128 levels deep');
+    END IF;
+    IF _check_json.value IS NOT NULL
+       AND octet_length(_check_json.value::text) > 1048576
+       AND octet_length(fenceq._canonical_json(_check_json.value)) > 1048576 THEN
+        PERFORM fenceq._raise('QF103', _check_json.what || ' exceeds 1 MiB in canonical form');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_json(jsonb, text) IS
+    'Private. Refuse (QF103) JSON nested more than 128 levels deep or larger than 1 MiB in canonical form.';
+
+-- _fingerprint: 'fq1:' || SHA-256 of the canonical JSON of every submit
+-- parameter as authored (docs/guarantees.md §4). NULLs stay null.
+CREATE OR REPLACE FUNCTION fenceq._fingerprint(
+    queue text, task text, payload jsonb, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[])
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._fingerprint_of(_fingerprint.queue, _fingerprint.task,
+        fenceq._canonical_json(_fingerprint.payload), _fingerprint.submission_id, _fingerprint.job_id,
+        _fingerprint.priority, _fingerprint.run_at, _fingerprint.expires_at, _fingerprint.max_attempts,
+        _fingerprint.active_key, _fingerprint.force, _fingerprint.concurrency_key, _fingerprint.depends_on);
+END
+$$;
+COMMENT ON FUNCTION fenceq._fingerprint(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
+    'Private. The versioned submission fingerprint (fq1:sha256 of the canonical request document).';
+
+-- _backoff: LEAST(base * factor^(attempt-1), max), computed in logarithms
+-- first so that a large attempt count can never overflow.
+CREATE OR REPLACE FUNCTION fenceq._backoff(
+    attempt integer, base interval, factor double precision, max interval)
+RETURNS interval
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_base double precision := extract(epoch FROM _backoff.base);
+    v_max  double precision := extract(epoch FROM _backoff.max);
+    v_exponent integer := greatest(_backoff.attempt - 1, 0);
+BEGIN
+    IF v_base <= 0 THEN
+        RETURN interval '0';
+    END IF;
+    IF ln(v_base) + v_exponent * ln(_backoff.factor) >= ln(v_max) THEN
+        RETURN _backoff.max;
+    END IF;
+    RETURN make_interval(secs => v_base * power(_backoff.factor, v_exponent));
+END
+$$;
+COMMENT ON FUNCTION fenceq._backoff(integer, interval, double precision, interval) IS
+    'Private. Retry delay for an attempt: LEAST(base * factor^(attempt-1), max), overflow-free.';
+
+-- _notify_jobs: a fenceq_jobs hint that work became due in a queue, when the
+-- queue notifies (a notifying commit takes a cluster-wide lock: §11).
+CREATE OR REPLACE FUNCTION fenceq._notify_jobs(queue text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = _notify_jobs.queue AND q.notify) THEN
+        PERFORM pg_notify('fenceq_jobs', _notify_jobs.queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._notify_jobs(text) IS
+    'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
+
+-- _lock_identities: take transaction-scoped advisory locks on identity keys
+-- (active keys, explicit job ids, submission ids) in one global order (by
+-- hash), so that submits and batches touching the same identities serialise
+-- instead of deadlocking, whatever order their requests come in.
+CREATE OR REPLACE FUNCTION fenceq._lock_identities(keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    FOR v_key IN
+        SELECT DISTINCT hashtextextended(k.key, 0)
+          FROM unnest(_lock_identities.keys) AS k(key)
+         WHERE k.key IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_key);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_identities(text[]) IS
+    'Private. Advisory transaction locks on identity keys, taken in hash order so concurrent submits never deadlock.';
+
+-- _identity_keys: the lock keys of one submission (see _lock_identities).
+CREATE OR REPLACE FUNCTION fenceq._identity_keys(
+    queue text, active_key text, job_id text, submission_id text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN ARRAY['fenceq.key:' || _identity_keys.queue || E'\x1f' || _identity_keys.active_key,
+                 'fenceq.job:' || _identity_keys.job_id,
+                 'fenceq.submission:' || _identity_keys.submission_id];
+END
+$$;
+COMMENT ON FUNCTION fenceq._identity_keys(text, text, text, text) IS
+    'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
+
+-- _is_plain_duration: whether a duration needs no closer look: NULL, or
+-- positive, without month or day parts, and under a million hours (so now +
+-- value stays within years 0001-9999). Hot functions test their arguments
+-- with it in one expression and leave anything else to _check_interval,
+-- which names the problem.
+-- Deliberately a plain SQL function: not SECURITY DEFINER and with no SET
+-- clause, so the planner inlines it into the calling statement at no cost
+-- (a nested PL/pgSQL call would cost more than the check). Such helpers
+-- read no table, run only inside callers that pin search_path, are granted
+-- to no role, and have SQL-standard bodies bound at creation to pg_catalog
+-- (part 1 installs on that search_path); verify_schema admits exactly these
+-- helpers, by name, in exactly this shape.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_duration(value interval)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (value > interval '0' AND value < interval '1000000 hours'
+        AND pg_catalog.date_part('year', value) = 0 AND pg_catalog.date_part('month', value) = 0
+        AND pg_catalog.date_part('day', value) = 0);
+COMMENT ON FUNCTION fenceq._is_plain_duration(interval) IS
+    'Private, inlined. True for NULL or a positive duration without month or day parts under a million hours.';
+
+-- _is_plain_fence: whether the four fence parts are well formed (NULL when
+-- a part is NULL); _check_fence names what is wrong. Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_fence(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN pg_catalog.length(job_id) BETWEEN 1 AND 36 AND pg_catalog.length(owner_id) BETWEEN 1 AND 255
+   AND pg_catalog.length(claim_token) BETWEEN 1 AND 255 AND generation >= 1;
+COMMENT ON FUNCTION fenceq._is_plain_fence(text, text, bigint, text) IS
+    'Private, inlined. True for a well-formed fence; NULL when a part is NULL.';
+
+-- _is_plain_json: whether a JSON value needs no closer look: NULL, or
+-- nested less than 128 containers deep with a jsonb text of at most 1 MiB
+-- (never shorter than the canonical form). Anything else goes to
+-- _check_json, which measures the canonical form. Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_json(value jsonb)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (NOT pg_catalog.jsonb_path_exists(value,
+            'strict $.**{128} ? (@.type() == "object" || @.type() == "array")')
+        AND pg_catalog.octet_length(value::text) <= 1048576);
+COMMENT ON FUNCTION fenceq._is_plain_json(jsonb) IS
+    'Private, inlined. True for NULL or JSON under the depth and size bounds by a cheap measure.';
+
+-- _new_job_id: a generated job id, a version 7 UUID (RFC 9562): 48 bits of
+-- Unix milliseconds, then random bits. Ids made close in time sort close,
+-- so the job table's primary key grows at its right edge instead of
+-- touching a random leaf (and writing a full-page image of it after each
+-- checkpoint) for every insert and every non-HOT update. Inlined, as
+-- _is_plain_duration is (volatile, as its body is).
+CREATE OR REPLACE FUNCTION fenceq._new_job_id()
+RETURNS text
+LANGUAGE sql
+VOLATILE
+RETURN encode(set_bit(set_bit(
+           overlay(uuid_send(gen_random_uuid())
+                   PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                   FROM 1 FOR 6),
+           52, 1), 53, 1), 'hex')::uuid::text;
+COMMENT ON FUNCTION fenceq._new_job_id() IS
+    'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
+
+-- _is_plain_time: whether a timestamp needs no closer look: NULL, or within
+-- years 0001-9999 UTC (infinity is not). _check_time names what is wrong.
+-- Inlined, as _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_time(value timestamptz)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN value IS NULL
+    OR (value >= timestamptz '0001-01-01 00:00:00+00' AND value < timestamptz '10000-01-01 00:00:00+00');
+COMMENT ON FUNCTION fenceq._is_plain_time(timestamptz) IS
+    'Private, inlined. True for NULL or a timestamp within years 0001-9999 UTC.';
+
+-- _is_plain_json_int: whether a submit_batch field needs no closer look:
+-- absent, JSON null, or a JSON integer from min to 2^31-1. _json_int names
+-- what is wrong. Inlined, as _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._is_plain_json_int(value jsonb, min integer)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE jsonb_typeof(value)
+           WHEN 'number' THEN (value #>> '{}')::numeric BETWEEN min AND 2147483647
+                              AND (value #>> '{}')::numeric = trunc((value #>> '{}')::numeric)
+           ELSE coalesce(jsonb_typeof(value) = 'null', true) END;
+COMMENT ON FUNCTION fenceq._is_plain_json_int(jsonb, integer) IS
+    'Private, inlined. True for an absent or null field or a JSON integer from min to 2^31-1.';
+
+-- _fingerprint_of: the fingerprint document, spelled once: 'fq1:' ||
+-- SHA-256 of the canonical JSON of a request whose payload is given already
+-- in canonical text (_fingerprint canonicalises it; submit_batch's owned
+-- path does so for a whole batch in one statement). Timestamps as UTC
+-- 'YYYY-MM-DDTHH:MM:SS.ffffffZ' (six fractional digits). Inlined, as
+-- _is_plain_duration is.
+CREATE OR REPLACE FUNCTION fenceq._fingerprint_of(
+    queue text, task text, canonical_payload text, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[])
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+RETURN 'fq1:' || encode(sha256(convert_to(
+    '{"active_key":' || coalesce(to_json(active_key)::text, 'null')
+    -- Parameters added after version 1 enter the document only when not
+    -- NULL, so every earlier request keeps its fingerprint.
+    || CASE WHEN concurrency_key IS NULL THEN '' ELSE ',"concurrency_key":' || to_json(concurrency_key)::text END
+    || CASE WHEN depends_on IS NULL THEN '' ELSE ',"depends_on":' || to_json(depends_on)::text END
+    || ',"expires_at":' || CASE WHEN expires_at IS NULL THEN 'null' ELSE to_json(to_char(
+           expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
+    || ',"force":' || CASE WHEN coalesce(force, false) THEN 'true' ELSE 'false' END
+    || ',"job_id":' || coalesce(to_json(job_id)::text, 'null')
+    || ',"max_attempts":' || coalesce(max_attempts::text, 'null')
+    || ',"payload":' || canonical_payload
+    || ',"priority":' || coalesce(priority::text, 'null')
+    || ',"queue":' || to_json(queue)::text
+    || ',"run_at":' || CASE WHEN run_at IS NULL THEN 'null' ELSE to_json(to_char(
+           run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text END
+    || ',"submission_id":' || to_json(submission_id)::text
+    || ',"task":' || to_json(task)::text
+    || ',"v":1}', 'UTF8')), 'hex');
+COMMENT ON FUNCTION fenceq._fingerprint_of(text, text, text, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
+    'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
+
+-- fenceq for PostgreSQL, part 3: queues.
+
+-- _check_queue_settings: the §2 rules for queue settings.
+CREATE OR REPLACE FUNCTION fenceq._check_queue_settings(
+    lease interval, max_attempts integer, backoff_base interval,
+    backoff_factor double precision, backoff_max interval)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    PERFORM fenceq._check_interval(_check_queue_settings.lease, 'lease', nullable => false);
+    PERFORM fenceq._check_interval(_check_queue_settings.backoff_base, 'backoff_base',
+                                   allow_zero => true, nullable => false);
+    PERFORM fenceq._check_interval(_check_queue_settings.backoff_max, 'backoff_max',
+                                   allow_zero => true, nullable => false);
+    IF _check_queue_settings.max_attempts IS NULL OR _check_queue_settings.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    IF _check_queue_settings.backoff_factor IS NULL
+       OR _check_queue_settings.backoff_factor = 'NaN'::double precision
+       OR _check_queue_settings.backoff_factor = 'Infinity'::double precision
+       OR _check_queue_settings.backoff_factor < 1 THEN
+        PERFORM fenceq._raise('QF104', 'backoff_factor must be finite and at least 1');
+    END IF;
+    IF _check_queue_settings.backoff_max < _check_queue_settings.backoff_base THEN
+        PERFORM fenceq._raise('QF105', 'backoff_max must not be less than backoff_base');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_queue_settings(interval, integer, interval, double precision, interval) IS
+    'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
+
+-- create_queue: declare a queue.
+-- Locking: inserts the queue row; a concurrent identical create waits for it.
+-- Idempotent: true when created; false when it exists with exactly these
+-- settings; QF100 when it exists with other settings (use alter_queue).
+CREATE OR REPLACE FUNCTION fenceq.create_queue(
+    queue text,
+    lease interval DEFAULT '30 seconds',
+    max_attempts integer DEFAULT 5,
+    backoff_base interval DEFAULT '1 second',
+    backoff_factor double precision DEFAULT 2,
+    backoff_max interval DEFAULT '1 hour',
+    dead_letter boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_existing fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(create_queue.queue, 'queue');
+    PERFORM fenceq._check_queue_settings(create_queue.lease, create_queue.max_attempts,
+        create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max);
+    IF create_queue.dead_letter IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'dead_letter is required');
+    END IF;
+    INSERT INTO fenceq._queues AS q (queue, lease, max_attempts, backoff_base, backoff_factor,
+                                     backoff_max, dead_letter, created_at)
+    VALUES (create_queue.queue, create_queue.lease, create_queue.max_attempts,
+            create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max,
+            create_queue.dead_letter, clock_timestamp())
+    ON CONFLICT (queue) DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    SELECT * INTO v_existing FROM fenceq._queues AS q WHERE q.queue = create_queue.queue;
+    IF v_existing.lease = create_queue.lease
+       AND v_existing.max_attempts = create_queue.max_attempts
+       AND v_existing.backoff_base = create_queue.backoff_base
+       AND v_existing.backoff_factor = create_queue.backoff_factor
+       AND v_existing.backoff_max = create_queue.backoff_max
+       AND v_existing.dead_letter = create_queue.dead_letter THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._raise('QF100', 'the queue exists with other settings; use alter_queue');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean) IS
+    'Declare a queue with its defaults. True when created, false when it already exists with exactly these settings; QF100 when it exists with others.';
+
+-- alter_queue: change some settings; NULL leaves a setting unchanged. The
+-- §2 rules apply to the settings as they are after the change.
+-- Locking: the queue row, for the update.
+CREATE OR REPLACE FUNCTION fenceq.alter_queue(
+    queue text,
+    lease interval DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    backoff_base interval DEFAULT NULL,
+    backoff_factor double precision DEFAULT NULL,
+    backoff_max interval DEFAULT NULL,
+    dead_letter boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(alter_queue.queue, 'queue');
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = alter_queue.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_queue.lease := coalesce(alter_queue.lease, v_queue.lease);
+    v_queue.max_attempts := coalesce(alter_queue.max_attempts, v_queue.max_attempts);
+    v_queue.backoff_base := coalesce(alter_queue.backoff_base, v_queue.backoff_base);
+    v_queue.backoff_factor := coalesce(alter_queue.backoff_factor, v_queue.backoff_factor);
+    v_queue.backoff_max := coalesce(alter_queue.backoff_max, v_queue.backoff_max);
+    v_queue.dead_letter := coalesce(alter_queue.dead_letter, v_queue.dead_letter);
+    PERFORM fenceq._check_queue_settings(v_queue.lease, v_queue.max_attempts,
+        v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max);
+    UPDATE fenceq._queues AS q
+       SET lease = v_queue.lease, max_attempts = v_queue.max_attempts,
+           backoff_base = v_queue.backoff_base, backoff_factor = v_queue.backoff_factor,
+           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter
+     WHERE q.queue = alter_queue.queue;
+END
+$$;
+COMMENT ON FUNCTION fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean) IS
+    'Change queue settings (NULL = unchanged); the rules apply to the result. QF101 for an unknown queue.';
+
+-- _set_queue_flag: shared body of pause_queue, resume_queue and
+-- set_queue_notify. True when the flag changed.
+CREATE OR REPLACE FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_old boolean;
+BEGIN
+    PERFORM fenceq._check_name(_set_queue_flag.queue, 'queue');
+    IF _set_queue_flag.value IS NULL THEN
+        PERFORM fenceq._raise('QF100', _set_queue_flag.flag || ' is required');
+    END IF;
+    SELECT CASE _set_queue_flag.flag WHEN 'paused' THEN q.paused ELSE q.notify END
+      INTO v_old
+      FROM fenceq._queues AS q WHERE q.queue = _set_queue_flag.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_old = _set_queue_flag.value THEN
+        RETURN false;
+    END IF;
+    IF _set_queue_flag.flag = 'paused' THEN
+        UPDATE fenceq._queues AS q SET paused = _set_queue_flag.value WHERE q.queue = _set_queue_flag.queue;
+        IF NOT _set_queue_flag.value THEN
+            PERFORM fenceq._notify_jobs(_set_queue_flag.queue);
+        END IF;
+    ELSE
+        UPDATE fenceq._queues AS q SET notify = _set_queue_flag.value WHERE q.queue = _set_queue_flag.queue;
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq._set_queue_flag(text, text, boolean) IS
+    'Private. Set a queue''s paused or notify flag; true when it changed.';
+
+-- pause_queue: stop claims from a queue; it keeps accepting work.
+-- True when the flag changed; QF101 for an unknown queue.
+CREATE OR REPLACE FUNCTION fenceq.pause_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(pause_queue.queue, 'paused', true);
+END
+$$;
+COMMENT ON FUNCTION fenceq.pause_queue(text) IS
+    'Pause claims from a queue (submissions still accepted). True when the flag changed; QF101 for an unknown queue.';
+
+-- resume_queue: allow claims again and notify listeners.
+CREATE OR REPLACE FUNCTION fenceq.resume_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(resume_queue.queue, 'paused', false);
+END
+$$;
+COMMENT ON FUNCTION fenceq.resume_queue(text) IS
+    'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
+
+-- set_queue_notify: whether jobs becoming due send fenceq_jobs notifications.
+CREATE OR REPLACE FUNCTION fenceq.set_queue_notify(queue text, notify boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN fenceq._set_queue_flag(set_queue_notify.queue, 'notify', set_queue_notify.notify);
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_queue_notify(text, boolean) IS
+    'Turn fenceq_jobs notifications for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
+
+-- set_queue_limits: set a queue's concurrency and rate limits, all four at
+-- once; NULL means no such limit, all NULL removes them.
+--   max_claimed          at most this many of its jobs claimed at once;
+--   max_claimed_per_key  at most this many claimed per concurrency_key
+--                        (jobs without a key are not counted);
+--   rate_limit per rate_period  at most this many successful claims in any
+--                        window of that length (sliding, never a burst more).
+-- Claims then take fewer jobs, possibly none, rather than exceed a limit
+-- (claim_batch). Lowering a limit below the current usage claims nothing
+-- until usage falls; it revokes no claim.
+-- Locking: the queue row FOR UPDATE (claimers of a limited queue take turns
+-- on it). Idempotent. QF101 for an unknown queue; QF104 for a limit that is
+-- not a positive integer; QF100 when rate_limit and rate_period are not
+-- given together; the interval rules of §2 for rate_period.
+CREATE OR REPLACE FUNCTION fenceq.set_queue_limits(
+    queue text,
+    max_claimed integer DEFAULT NULL,
+    max_claimed_per_key integer DEFAULT NULL,
+    rate_limit integer DEFAULT NULL,
+    rate_period interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(set_queue_limits.queue, 'queue');
+    IF set_queue_limits.max_claimed < 1 OR set_queue_limits.max_claimed_per_key < 1
+       OR set_queue_limits.rate_limit < 1 THEN
+        PERFORM fenceq._raise('QF104', 'a limit must be a positive integer or NULL');
+    END IF;
+    IF (set_queue_limits.rate_limit IS NULL) <> (set_queue_limits.rate_period IS NULL) THEN
+        PERFORM fenceq._raise('QF100', 'rate_limit and rate_period go together');
+    END IF;
+    PERFORM fenceq._check_interval(set_queue_limits.rate_period, 'rate_period', backwards => true);
+    UPDATE fenceq._queues AS q
+       SET max_claimed = set_queue_limits.max_claimed,
+           max_claimed_per_key = set_queue_limits.max_claimed_per_key,
+           rate_limit = set_queue_limits.rate_limit,
+           rate_period = set_queue_limits.rate_period
+     WHERE q.queue = set_queue_limits.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF set_queue_limits.rate_limit IS NULL THEN
+        DELETE FROM fenceq._rate_window AS r WHERE r.queue = set_queue_limits.queue;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_queue_limits(text, integer, integer, integer, interval) IS
+    'Set a queue''s limits (NULL = none): max_claimed, max_claimed_per_key, rate_limit per rate_period. Claims take fewer jobs rather than exceed one.';
+
+-- fenceq for PostgreSQL, part 4: producers (submit, submit_batch).
+-- Like the hot functions of part 5, _submit and submit_batch pin
+-- plan_cache_mode = force_generic_plan and enable_seqscan = off (why: part 5).
+
+-- _submit: the body of submit, shared by submit_batch.
+--
+-- Order of work, and why:
+--  1. validate everything (QF1xx), read the queue (QF101), and lock the
+--     request's identities (active key, explicit job id, submission id) in
+--     hash order, so concurrent submits serialise instead of deadlocking;
+--  2. exact replay of a retained submission identity returns the original
+--     job id; changed content raises QF201 before anything changes;
+--  3. an explicit job id reserved by another job, live or purged: QF203;
+--  4. the submission identity is reserved *before* any predecessor is
+--     touched: a concurrent identical request waits (on the identity's
+--     advisory lock, then on that row), then replays, so retrying an old
+--     force request never cancels a successor;
+--  5. the job is inserted with ON CONFLICT DO NOTHING; on a conflict the
+--     active-key holder is locked, and with force cancelled (its fence dies),
+--     then the insert is tried again. No raw unique violation escapes.
+CREATE OR REPLACE FUNCTION fenceq._submit(
+    queue text, task text, payload jsonb, submission_id text, job_id text,
+    priority integer, run_at timestamptz, expires_at timestamptz,
+    max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[])
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_payload jsonb := CASE WHEN jsonb_typeof(_submit.payload) = 'null' THEN NULL ELSE _submit.payload END;
+    v_force boolean := coalesce(_submit.force, false);
+    v_fingerprint text;
+    v_existing fenceq._submissions;
+    v_job_id text;
+    v_now timestamptz;
+    v_run_at timestamptz;
+    v_holder text;
+    v_round integer := 0;
+    v_depends_on text[];
+    v_blocked_by integer;
+    v_dependency_failed boolean := false;
+BEGIN
+    -- Fast path for the usual well-formed call (one expression); otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(length(_submit.queue) BETWEEN 1 AND 255 AND length(_submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(_submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.job_id) BETWEEN 1 AND 36, true)
+                    AND coalesce(length(_submit.active_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(_submit.concurrency_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(_submit.max_attempts >= 1, true)
+                    AND _submit.run_at IS NULL AND _submit.expires_at IS NULL, false) THEN
+        PERFORM fenceq._check_name(_submit.queue, 'queue');
+        PERFORM fenceq._check_name(_submit.task, 'task');
+        PERFORM fenceq._check_name(_submit.submission_id, 'submission_id', nullable => true);
+        PERFORM fenceq._check_name(_submit.job_id, 'job_id', max_length => 36, nullable => true);
+        PERFORM fenceq._check_name(_submit.active_key, 'active_key', nullable => true);
+        PERFORM fenceq._check_name(_submit.concurrency_key, 'concurrency_key', nullable => true);
+        IF _submit.max_attempts < 1 THEN
+            PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+        END IF;
+        PERFORM fenceq._check_time(_submit.run_at, 'run_at');
+        PERFORM fenceq._check_time(_submit.expires_at, 'expires_at');
+    END IF;
+    IF v_payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_payload, 'payload');
+    END IF;
+    IF _submit.depends_on IS NOT NULL THEN
+        v_depends_on := fenceq._check_dependencies(_submit.depends_on, _submit.job_id);
+    END IF;
+
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _submit.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    IF coalesce(_submit.submission_id, _submit.job_id, _submit.active_key) IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(_submit.queue, _submit.active_key,
+                                                              _submit.job_id, _submit.submission_id));
+    END IF;
+
+    IF _submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint(_submit.queue, _submit.task, v_payload,
+            _submit.submission_id, _submit.job_id, _submit.priority, _submit.run_at,
+            _submit.expires_at, _submit.max_attempts, _submit.active_key, v_force, _submit.concurrency_key,
+            v_depends_on);
+        SELECT * INTO v_existing FROM fenceq._submissions AS s
+         WHERE s.submission_id = _submit.submission_id;
+        IF FOUND THEN
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    IF _submit.job_id IS NOT NULL AND (
+        EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = _submit.job_id)
+        OR EXISTS (SELECT 1 FROM fenceq._submissions AS s WHERE s.job_id = _submit.job_id)) THEN
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    v_job_id := coalesce(_submit.job_id, fenceq._new_job_id());
+    v_now := clock_timestamp();
+
+    IF _submit.submission_id IS NOT NULL THEN
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        VALUES (_submit.submission_id, v_fingerprint, v_job_id, _submit.queue, v_now)
+        ON CONFLICT (submission_id) DO NOTHING;
+        IF NOT FOUND THEN
+            -- The same identity committed concurrently: replay or conflict.
+            SELECT * INTO v_existing FROM fenceq._submissions AS s
+             WHERE s.submission_id = _submit.submission_id;
+            IF v_existing.fingerprint = v_fingerprint THEN
+                RETURN v_existing.job_id;
+            END IF;
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+    END IF;
+
+    v_run_at := coalesce(_submit.run_at, v_now);
+    IF v_depends_on IS NOT NULL THEN
+        SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
+          FROM fenceq._lock_dependencies(v_depends_on) AS d;
+    END IF;
+    LOOP
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, active_key, created_at, concurrency_key,
+            blocked_by, blocked_run_at, last_error, finished_at)
+        VALUES (v_job_id, _submit.queue, _submit.task, v_payload, coalesce(_submit.priority, 0),
+            CASE WHEN v_dependency_failed THEN 'cancelled' ELSE 'pending' END,
+            coalesce(_submit.max_attempts, v_queue.max_attempts),
+            CASE WHEN v_blocked_by > 0 THEN 'infinity' ELSE v_run_at END,
+            _submit.expires_at, _submit.submission_id, v_fingerprint,
+            CASE WHEN v_dependency_failed THEN NULL ELSE _submit.active_key END, v_now, _submit.concurrency_key,
+            nullif(v_blocked_by, 0), CASE WHEN v_blocked_by > 0 THEN v_run_at END,
+            CASE WHEN v_dependency_failed THEN 'dependency_failed' END,
+            CASE WHEN v_dependency_failed THEN v_now END)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = v_job_id) THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');
+        END IF;
+        v_round := v_round + 1;
+        IF v_round > 100 THEN
+            PERFORM fenceq._raise('QF202', 'the active key stayed busy');
+        END IF;
+        SELECT j.job_id INTO v_holder FROM fenceq._jobs AS j
+         WHERE j.queue = _submit.queue AND j.active_key = _submit.active_key
+           AND j.status IN ('pending', 'claimed')
+         FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- the holder finished meanwhile: try again
+        IF NOT v_force THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+        UPDATE fenceq._jobs AS j
+           SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = v_holder;
+        PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
+        PERFORM pg_notify('fenceq_control', v_holder);
+        PERFORM fenceq._notify_done(ARRAY[v_holder]);
+    END LOOP;
+
+    IF v_depends_on IS NOT NULL THEN
+        INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
+        SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
+          FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+    END IF;
+    IF v_run_at <= v_now AND coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
+        PERFORM pg_notify('fenceq_jobs', _submit.queue);
+    END IF;
+    RETURN v_job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
+    'Private. The body of submit, shared with submit_batch.';
+
+-- submit: enqueue one job and return its id.
+-- Locking: advisory transaction locks on its identities (active key,
+-- explicit job id, submission id); inserts; with an active key held by
+-- another active job and force, locks and cancels that predecessor. Idempotent under submission_id: an
+-- exact replay returns the original job id (also after the job finished or
+-- was purged); a changed request raises QF201; a busy active key QF202; a
+-- taken explicit job id QF203.
+--
+-- The usual calls take a short path of one statement: a request with no
+-- identity but (perhaps) a submission id, and values that need no closer
+-- look. A submission id alone needs no advisory lock: its row in
+-- _submissions is inserted with ON CONFLICT DO NOTHING in the same
+-- statement as the job, so a concurrent twin waits on that row, then finds
+-- it and replays. Everything else takes _submit's general path.
+CREATE OR REPLACE FUNCTION fenceq.submit(
+    queue text,
+    task text,
+    payload jsonb DEFAULT NULL,
+    submission_id text DEFAULT NULL,
+    job_id text DEFAULT NULL,
+    priority integer DEFAULT NULL,
+    run_at timestamptz DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    active_key text DEFAULT NULL,
+    force boolean DEFAULT false,
+    concurrency_key text DEFAULT NULL,
+    depends_on text[] DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_payload jsonb := CASE WHEN jsonb_typeof(submit.payload) = 'null' THEN NULL ELSE submit.payload END;
+    v_fingerprint text;
+    v_job_id text;
+    v_notify boolean;
+    v_reserved boolean;
+    v_existing fenceq._submissions;
+BEGIN
+    IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
+                    AND submit.depends_on IS NULL
+                    AND length(submit.queue) BETWEEN 1 AND 255 AND length(submit.task) BETWEEN 1 AND 255
+                    AND coalesce(length(submit.submission_id) BETWEEN 1 AND 255, true)
+                    AND coalesce(length(submit.concurrency_key) BETWEEN 1 AND 255, true)
+                    AND coalesce(submit.max_attempts >= 1, true)
+                    AND fenceq._is_plain_time(submit.run_at) AND fenceq._is_plain_time(submit.expires_at)
+                    AND fenceq._is_plain_json(v_payload), false) THEN
+        RETURN fenceq._submit(submit.queue, submit.task, submit.payload, submit.submission_id,
+            submit.job_id, submit.priority, submit.run_at, submit.expires_at,
+            submit.max_attempts, submit.active_key, submit.force, submit.concurrency_key, submit.depends_on);
+    END IF;
+    IF submit.submission_id IS NOT NULL THEN
+        v_fingerprint := fenceq._fingerprint_of(submit.queue, submit.task, fenceq._canonical_json(v_payload),
+            submit.submission_id, NULL, submit.priority, submit.run_at,
+            submit.expires_at, submit.max_attempts, NULL, false, submit.concurrency_key, NULL);
+    END IF;
+
+    WITH queue AS MATERIALIZED (
+        SELECT q.queue, q.max_attempts, q.notify, clock_timestamp() AS now,
+               fenceq._new_job_id() AS job_id
+          FROM fenceq._queues AS q WHERE q.queue = submit.queue),
+    reserved AS (  -- a submission identity, when there is one, before its job
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        SELECT submit.submission_id, v_fingerprint, q.job_id, q.queue, q.now
+          FROM queue AS q WHERE submit.submission_id IS NOT NULL
+        ON CONFLICT (submission_id) DO NOTHING
+        RETURNING s.job_id),
+    inserted AS (
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key)
+        SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
+               coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key
+          FROM queue AS q
+         WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
+        ON CONFLICT DO NOTHING
+        RETURNING j.job_id, j.run_at <= j.created_at AS due)
+    SELECT i.job_id, i.due AND q.notify, EXISTS (SELECT 1 FROM reserved)
+      INTO v_job_id, v_notify, v_reserved
+      FROM queue AS q LEFT JOIN inserted AS i ON true;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_job_id IS NULL AND v_reserved THEN
+        -- The identity was reserved but the generated job id is taken (a
+        -- UUID collision): refuse whole, so the reservation goes too.
+        PERFORM fenceq._raise('QF203', 'the job id is taken');
+    END IF;
+    IF v_job_id IS NULL THEN
+        SELECT * INTO v_existing FROM fenceq._submissions AS s WHERE s.submission_id = submit.submission_id;
+        IF v_existing.fingerprint = v_fingerprint THEN
+            RETURN v_existing.job_id;  -- an exact replay
+        END IF;
+        IF v_existing.submission_id IS NOT NULL THEN
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+        PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+    END IF;
+    IF v_notify THEN
+        PERFORM pg_notify('fenceq_jobs', submit.queue);
+    END IF;
+    RETURN v_job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.submit(text, text, jsonb, text, text, integer, timestamptz, timestamptz, integer, text, boolean, text, text[]) IS
+    'Enqueue a job; returns its id. With submission_id an exact replay returns the original id (QF201 if the request changed). QF202 busy active key unless force; QF203 taken job id.';
+
+-- _json_text / _json_int / _json_time / _json_bool: read one submit_batch
+-- field, refusing a value of the wrong JSON type. JSON null means NULL.
+CREATE OR REPLACE FUNCTION fenceq._json_text(value jsonb, what text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_text.value IS NULL OR jsonb_typeof(_json_text.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text.value) <> 'string' THEN
+        PERFORM fenceq._raise('QF102', _json_text.what || ' must be a string');
+    END IF;
+    RETURN _json_text.value #>> '{}';
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_text(jsonb, text) IS
+    'Private. A JSON string field as text (NULL for null); QF102 for another type.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_int(value jsonb, what text)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_number numeric;
+BEGIN
+    IF _json_int.value IS NULL OR jsonb_typeof(_json_int.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_int.value) <> 'number' THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be an integer');
+    END IF;
+    v_number := (_json_int.value #>> '{}')::numeric;
+    IF v_number <> trunc(v_number) OR v_number NOT BETWEEN -2147483648 AND 2147483647 THEN
+        PERFORM fenceq._raise('QF104', _json_int.what || ' must be a 32-bit integer');
+    END IF;
+    RETURN v_number::integer;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_int(jsonb, text) IS
+    'Private. A JSON integer field within 32 bits (NULL for null); QF104 otherwise.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_time(value jsonb, what text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_parts text[];
+    v_year integer;
+    v_month integer;
+    v_result timestamptz;
+BEGIN
+    IF _json_time.value IS NULL OR jsonb_typeof(_json_time.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    -- ISO 8601 with an explicit offset; each field is range-checked before
+    -- the cast so that a bad date is QF105, never a raw 22008.
+    IF jsonb_typeof(_json_time.value) = 'string' THEN
+        v_parts := regexp_match(_json_time.value #>> '{}',
+            '^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?(?:Z|z|[+-](\d{2})(?::?(\d{2}))?)$');
+    END IF;
+    IF v_parts IS NULL THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' must be an ISO 8601 timestamp with an offset');
+    END IF;
+    v_year := v_parts[1]::integer;
+    v_month := v_parts[2]::integer;
+    IF v_year < 1 OR v_month NOT BETWEEN 1 AND 12
+       OR v_parts[3]::integer NOT BETWEEN 1 AND extract(day FROM
+            make_date(v_year, v_month, 1) + interval '1 month' - interval '1 day')
+       OR v_parts[4]::integer > 23 OR v_parts[5]::integer > 59
+       OR coalesce(v_parts[6]::integer, 0) > 59
+       OR coalesce(v_parts[7]::integer, 0) > 15 OR coalesce(v_parts[8]::integer, 0) > 59 THEN
+        PERFORM fenceq._raise('QF105', _json_time.what || ' is not a valid timestamp');
+    END IF;
+    v_result := (_json_time.value #>> '{}')::timestamptz;
+    PERFORM fenceq._check_time(v_result, _json_time.what);
+    RETURN v_result;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_time(jsonb, text) IS
+    'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE OR REPLACE FUNCTION fenceq._json_bool(value jsonb, what text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_bool.value IS NULL OR jsonb_typeof(_json_bool.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_bool.value) <> 'boolean' THEN
+        PERFORM fenceq._raise('QF100', _json_bool.what || ' must be a boolean');
+    END IF;
+    RETURN (_json_bool.value #>> '{}')::boolean;
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_bool(jsonb, text) IS
+    'Private. A JSON boolean field (NULL for null); QF100 for another type.';
+
+-- submit_batch: many submissions in one call and one transaction, all or
+-- nothing. requests is a JSON array of objects keyed by submit's parameter
+-- names (except queue). Job ids come back in input order. A failure names
+-- the element's index (from 0) in DETAIL, never its content.
+-- Locking: every identity of the batch is locked first, in one global
+-- order; then elements run in input order. Idempotency: as submit.
+-- Two set-based paths store the same rows as element-by-element would, in a
+-- few statements for the whole batch: a batch of plain requests (task and
+-- payload only, all valid) by one INSERT; a batch whose requests carry at
+-- most a submission id, priority and max_attempts besides, by locking the
+-- identities, reserving them with one INSERT, answering replays and
+-- conflicts from one read, and inserting the new jobs with one more.
+CREATE OR REPLACE FUNCTION fenceq.submit_batch(queue text, requests jsonb)
+RETURNS text[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[] := '{}';
+    v_request jsonb;
+    v_index bigint;
+    v_queue fenceq._queues;
+    v_now timestamptz;
+    v_tasks text[];
+    v_payloads jsonb[];
+    v_submission_ids text[];
+    v_priorities integer[];
+    v_max_attempts integer[];
+    v_fingerprints text[];
+    v_new_ids text[];
+    v_fresh bigint[];
+    v_inserted bigint;
+    v_conflict bigint;
+BEGIN
+    PERFORM fenceq._check_name(submit_batch.queue, 'queue');
+    IF submit_batch.requests IS NULL OR jsonb_typeof(submit_batch.requests) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', 'requests must be a JSON array');
+    END IF;
+    IF jsonb_array_length(submit_batch.requests) > 10000 THEN
+        PERFORM fenceq._raise('QF100', 'requests may hold at most 10000 elements');
+    END IF;
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = submit_batch.queue;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    -- Fast path: every element is a plain request ({"task": ..., "payload":
+    -- ...} and nothing else) that is valid as it stands. Such requests have
+    -- no identity to lock, replay or conflict on, so one INSERT stores them
+    -- all, in input order, exactly as _submit would one by one.
+    IF (SELECT coalesce(bool_and(coalesce(  -- an unknown (NULL) answer is a no
+                jsonb_typeof(r.value) = 'object'
+                AND (r.value - 'task' - 'payload') = '{}'::jsonb
+                AND jsonb_typeof(r.value -> 'task') = 'string'
+                AND length(r.value ->> 'task') BETWEEN 1 AND 255
+                AND coalesce(octet_length((r.value -> 'payload')::text) <= 1048576, true)
+                AND NOT jsonb_path_exists(r.value -> 'payload',
+                    'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
+          FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        v_now := clock_timestamp();
+        v_ids := ARRAY(SELECT fenceq._new_job_id()
+                         FROM generate_series(1, jsonb_array_length(submit_batch.requests)));
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+                                       run_at, created_at)
+        SELECT v_ids[r.ordinality], submit_batch.queue, r.value ->> 'task',
+               CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL ELSE r.value -> 'payload' END,
+               0, v_queue.max_attempts, v_now, v_now
+          FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
+         ORDER BY r.ordinality;  -- seq follows input order
+        IF cardinality(v_ids) > 0 AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
+        END IF;
+        RETURN v_ids;
+    END IF;
+
+    -- Owned path: requests with a submission id, priority or max_attempts
+    -- besides task and payload, every value valid as it stands.
+    IF (SELECT coalesce(bool_and(coalesce(
+                jsonb_typeof(r.value) = 'object'
+                AND (r.value - 'task' - 'payload' - 'submission_id' - 'priority' - 'max_attempts') = '{}'::jsonb
+                AND jsonb_typeof(r.value -> 'task') = 'string'
+                AND length(r.value ->> 'task') BETWEEN 1 AND 255
+                AND CASE jsonb_typeof(r.value -> 'submission_id')
+                        WHEN 'string' THEN length(r.value ->> 'submission_id') BETWEEN 1 AND 255
+                        ELSE coalesce(jsonb_typeof(r.value -> 'submission_id') = 'null', true) END
+                AND fenceq._is_plain_json_int(r.value -> 'priority', -2147483648)
+                AND fenceq._is_plain_json_int(r.value -> 'max_attempts', 1)
+                AND fenceq._is_plain_json(r.value -> 'payload'), false)), true)
+          FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
+               array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
+               array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
+               -- The fingerprint of each request as submit computes it, a
+               -- flat object payload canonicalised here rather than by a
+               -- call per element (nested containers still recurse).
+               array_agg(CASE WHEN e.submission_id IS NOT NULL THEN fenceq._fingerprint_of(
+                   submit_batch.queue, e.task,
+                   CASE jsonb_typeof(e.payload)
+                       WHEN 'object' THEN '{' || coalesce((
+                           SELECT string_agg(to_json(m.key)::text || ':' ||
+                                      CASE WHEN jsonb_typeof(m.value) IN ('object', 'array')
+                                           THEN fenceq._canonical_json(m.value) ELSE m.value::text END,
+                                  ',' ORDER BY m.key COLLATE "C")
+                             FROM jsonb_each(e.payload) AS m), '') || '}'
+                       WHEN 'array' THEN fenceq._canonical_json(e.payload)
+                       ELSE coalesce(e.payload::text, 'null') END,
+                   e.submission_id, NULL, e.priority, NULL, NULL, e.max_attempts, NULL, false, NULL, NULL) END ORDER BY e.i)
+          INTO v_tasks, v_payloads, v_submission_ids, v_priorities, v_max_attempts, v_new_ids, v_fingerprints
+          FROM (SELECT r.ordinality AS i, r.value ->> 'task' AS task,
+                       CASE WHEN jsonb_typeof(r.value -> 'payload') = 'null' THEN NULL
+                            ELSE r.value -> 'payload' END AS payload,
+                       r.value ->> 'submission_id' AS submission_id,
+                       (r.value ->> 'priority')::numeric::integer AS priority,
+                       (r.value ->> 'max_attempts')::numeric::integer AS max_attempts,
+                       fenceq._new_job_id() AS new_id
+                  FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r) AS e;
+        IF v_tasks IS NULL THEN
+            RETURN '{}';
+        END IF;
+        -- The same global order as every other path takes its identities in.
+        PERFORM fenceq._lock_identities(ARRAY(
+            SELECT 'fenceq.submission:' || i.id FROM unnest(v_submission_ids) AS i(id) WHERE i.id IS NOT NULL));
+        v_now := clock_timestamp();
+        -- Reserve each new identity for its first request in the batch. An
+        -- identity retained already (or committed meanwhile by a submit that
+        -- holds no lock) is left as it is and answered from below.
+        INSERT INTO fenceq._submissions AS s (submission_id, fingerprint, job_id, queue, created_at)
+        SELECT DISTINCT ON (u.submission_id) u.submission_id, u.fingerprint, u.new_id, submit_batch.queue, v_now
+          FROM unnest(v_submission_ids, v_fingerprints, v_new_ids) WITH ORDINALITY AS u(submission_id, fingerprint,
+                                                                                         new_id, i)
+         WHERE u.submission_id IS NOT NULL
+         ORDER BY u.submission_id, u.i
+        ON CONFLICT (submission_id) DO NOTHING;
+        -- Each request's answer: its own new job when it has no identity or
+        -- reserved it just now (the row holds this request's new id), else
+        -- the retained job, or the first request whose content differs.
+        SELECT array_agg(coalesce(s.job_id, u.new_id) ORDER BY u.i),
+               array_agg(u.i) FILTER (WHERE s.job_id IS NULL OR s.job_id = u.new_id),
+               min(u.i) FILTER (WHERE s.fingerprint IS DISTINCT FROM u.fingerprint)
+          INTO v_ids, v_fresh, v_conflict
+          FROM unnest(v_submission_ids, v_fingerprints, v_new_ids) WITH ORDINALITY AS u(submission_id, fingerprint,
+                                                                                         new_id, i)
+          LEFT JOIN fenceq._submissions AS s ON s.submission_id = u.submission_id;
+        IF v_conflict IS NOT NULL THEN
+            PERFORM set_config('fenceq.batch_index', (v_conflict - 1)::text, true);
+            PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
+        END IF;
+        INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
+                                       run_at, submission_id, fingerprint, created_at)
+        SELECT v_new_ids[f.i], submit_batch.queue, v_tasks[f.i], v_payloads[f.i], coalesce(v_priorities[f.i], 0),
+               coalesce(v_max_attempts[f.i], v_queue.max_attempts), v_now, v_submission_ids[f.i],
+               v_fingerprints[f.i], v_now
+          FROM unnest(v_fresh) AS f(i)
+         ORDER BY f.i  -- seq follows input order
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS v_inserted = ROW_COUNT;
+        IF v_inserted <> coalesce(cardinality(v_fresh), 0) THEN
+            PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+        END IF;
+        IF cardinality(v_fresh) > 0 AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
+        END IF;
+        RETURN v_ids;
+    END IF;
+
+    -- Dependencies between elements: the batch's explicit job ids may be
+    -- named before their element runs (any order); a cycle is refused here.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(submit_batch.requests) AS r
+                WHERE jsonb_typeof(r.value) = 'object' AND r.value ? 'depends_on') THEN
+        PERFORM fenceq._check_batch_graph(submit_batch.requests);
+    END IF;
+    -- Lock every identity of the batch up front, in the one global order.
+    PERFORM fenceq._lock_identities(ARRAY(
+        SELECT k.key
+          FROM jsonb_array_elements(submit_batch.requests) AS r,
+               unnest(fenceq._identity_keys(submit_batch.queue, r.value ->> 'active_key',
+                                            r.value ->> 'job_id', r.value ->> 'submission_id')) AS k(key)
+         WHERE jsonb_typeof(r.value) = 'object'));
+    FOR v_request, v_index IN
+        SELECT r.value, r.ordinality - 1
+          FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
+    LOOP
+        PERFORM set_config('fenceq.batch_index', v_index::text, true);
+        IF jsonb_typeof(v_request) <> 'object' THEN
+            PERFORM fenceq._raise('QF100', 'each request must be a JSON object');
+        END IF;
+        IF EXISTS (SELECT 1 FROM jsonb_object_keys(v_request) AS k(key)
+                    WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority',
+                        'run_at', 'expires_at', 'max_attempts', 'active_key', 'force',
+                        'concurrency_key', 'depends_on')) THEN
+            PERFORM fenceq._raise('QF100', 'a request has an unknown key');
+        END IF;
+        v_ids := v_ids || fenceq._submit(
+            submit_batch.queue,
+            fenceq._json_text(v_request -> 'task', 'task'),
+            v_request -> 'payload',
+            fenceq._json_text(v_request -> 'submission_id', 'submission_id'),
+            fenceq._json_text(v_request -> 'job_id', 'job_id'),
+            fenceq._json_int(v_request -> 'priority', 'priority'),
+            fenceq._json_time(v_request -> 'run_at', 'run_at'),
+            fenceq._json_time(v_request -> 'expires_at', 'expires_at'),
+            fenceq._json_int(v_request -> 'max_attempts', 'max_attempts'),
+            fenceq._json_text(v_request -> 'active_key', 'active_key'),
+            fenceq._json_bool(v_request -> 'force', 'force'),
+            fenceq._json_text(v_request -> 'concurrency_key', 'concurrency_key'),
+            fenceq._json_text_array(v_request -> 'depends_on', 'depends_on'));
+    END LOOP;
+    PERFORM set_config('fenceq.batch_index', '', true);
+    PERFORM set_config('fenceq.batch_job_ids', '', true);
+    RETURN v_ids;
+END
+$$;
+COMMENT ON FUNCTION fenceq.submit_batch(text, jsonb) IS
+    'Submit a JSON array of requests (keys: submit''s parameters but queue) all or nothing; returns job ids in input order. Errors carry the element index in DETAIL.';
+
+-- fenceq for PostgreSQL, part 4b: dependencies between jobs (docs/guarantees.md §16).
+--
+-- submit(depends_on => ...) names jobs that must complete before the new job
+-- may be claimed. Until then the job is pending with blocked_by > 0 and
+-- run_at 'infinity' (so claims pass over it as over a job due later). When a
+-- dependency completes, _settle_dependents counts it off in the same
+-- transaction and a dependent whose count reaches zero becomes due; when one
+-- ends failed, cancelled or expired, every job that depends on it,
+-- transitively, is cancelled with last_error 'dependency_failed'.
+--
+-- Bounds keep each of those transactions bounded: at most 100 dependencies
+-- per job, at most 1000 dependents per job, and chains at most 16 deep.
+
+-- _check_dependencies: a submit's depends_on, validated and made canonical
+-- (distinct, sorted by code point; an empty array is no dependencies). A
+-- self-dependency is QF100. Pure: reads nothing.
+CREATE OR REPLACE FUNCTION fenceq._check_dependencies(depends_on text[], job_id text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    IF cardinality(_check_dependencies.depends_on) = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF array_ndims(_check_dependencies.depends_on) <> 1 THEN
+        PERFORM fenceq._raise('QF100', 'depends_on must be a one-dimensional array');
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(_check_dependencies.depends_on) AS d(id)
+                WHERE NOT coalesce(length(d.id) BETWEEN 1 AND 36, false)) THEN
+        PERFORM fenceq._raise('QF102', 'depends_on must hold job ids of 1 to 36 characters');
+    END IF;
+    v_ids := ARRAY(SELECT DISTINCT d.id COLLATE "C" FROM unnest(_check_dependencies.depends_on) AS d(id)
+                    ORDER BY 1);
+    IF cardinality(v_ids) > 100 THEN
+        PERFORM fenceq._raise('QF100', 'a job may depend on at most 100 jobs');
+    END IF;
+    IF _check_dependencies.job_id = ANY (v_ids) THEN
+        PERFORM fenceq._raise('QF100', 'a job cannot depend on itself');
+    END IF;
+    RETURN v_ids;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_dependencies(text[], text) IS
+    'Private. A submit''s depends_on validated and canonical (distinct, sorted); QF100/QF102 otherwise.';
+
+-- _lock_dependencies: lock the named dependencies FOR SHARE, in id order,
+-- so that none can finish while the dependent is being submitted (a
+-- finishing job waits for this transaction, then sees the new edge), and
+-- judge them: how many are not completed yet, and whether one already
+-- failed, was cancelled or expired. A dependency that is neither a job nor
+-- an element of the submit_batch being run (fenceq.batch_job_ids) is QF100,
+-- as are graphs past the bounds (1000 dependents per job, 16 deep).
+CREATE OR REPLACE FUNCTION fenceq._lock_dependencies(depends_on text[])
+RETURNS TABLE(blocked_by integer, failed boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_found text[];
+    v_statuses text[];
+    v_batch text[];
+    v_missing integer;
+    v_depth integer;
+BEGIN
+    SELECT array_agg(j.job_id), array_agg(j.status) INTO v_found, v_statuses FROM (
+        SELECT j.job_id, j.status FROM fenceq._jobs AS j
+         WHERE j.job_id = ANY (_lock_dependencies.depends_on)
+         ORDER BY j.job_id
+           FOR SHARE) AS j;
+    v_batch := ARRAY(SELECT jsonb_array_elements_text(
+        coalesce(nullif(current_setting('fenceq.batch_job_ids', true), ''), '[]')::jsonb));
+    SELECT count(*) INTO v_missing FROM unnest(_lock_dependencies.depends_on) AS d(id)
+     WHERE d.id <> ALL (coalesce(v_found, '{}'));
+    IF EXISTS (SELECT 1 FROM unnest(_lock_dependencies.depends_on) AS d(id)
+                WHERE d.id <> ALL (coalesce(v_found, '{}')) AND d.id <> ALL (v_batch)) THEN
+        PERFORM fenceq._raise('QF100', 'a dependency names no job');
+    END IF;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (_lock_dependencies.depends_on)
+                GROUP BY d.depends_on HAVING count(*) >= 1000) THEN
+        PERFORM fenceq._raise('QF100', 'a job may have at most 1000 dependents');
+    END IF;
+    WITH RECURSIVE up(job_id, depth) AS (
+        SELECT d.id COLLATE "C", 1 FROM unnest(_lock_dependencies.depends_on) AS d(id)
+        UNION
+        SELECT e.depends_on, u.depth + 1 FROM up AS u JOIN fenceq._dependencies AS e ON e.job_id = u.job_id
+         WHERE u.depth <= 16)
+    SELECT max(u.depth) INTO v_depth FROM up AS u;
+    IF v_depth > 16 THEN
+        PERFORM fenceq._raise('QF100', 'dependency chains may be at most 16 deep');
+    END IF;
+    blocked_by := v_missing + (SELECT count(*) FROM unnest(v_statuses) AS s(status)
+                                WHERE s.status IN ('pending', 'claimed'));
+    failed := coalesce('failed' = ANY (v_statuses) OR 'cancelled' = ANY (v_statuses)
+                       OR 'expired' = ANY (v_statuses), false);
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_dependencies(text[]) IS
+    'Private. Lock a submit''s dependencies FOR SHARE and count the unfinished ones; QF100 for unknown ones or graphs past the bounds.';
+
+-- _json_text_array: a submit_batch field that is a JSON array of strings.
+CREATE OR REPLACE FUNCTION fenceq._json_text_array(value jsonb, what text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _json_text_array.value IS NULL OR jsonb_typeof(_json_text_array.value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(_json_text_array.value) <> 'array' THEN
+        PERFORM fenceq._raise('QF100', _json_text_array.what || ' must be a JSON array');
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(_json_text_array.value) AS e
+                WHERE jsonb_typeof(e.value) <> 'string') THEN
+        PERFORM fenceq._raise('QF102', _json_text_array.what || ' must hold strings');
+    END IF;
+    RETURN ARRAY(SELECT jsonb_array_elements_text(_json_text_array.value));
+END
+$$;
+COMMENT ON FUNCTION fenceq._json_text_array(jsonb, text) IS
+    'Private. A JSON array of strings as text[] (NULL for null); QF100/QF102 otherwise.';
+
+-- _check_batch_graph: before submit_batch runs its elements, publish the
+-- batch's explicit job ids (fenceq.batch_job_ids, transaction-local) so an
+-- element may depend on an element after it, and refuse a cycle among the
+-- elements (QF100, DETAIL: the index of the first element on or behind it;
+-- also for a chain inside the batch deeper than the bound).
+CREATE OR REPLACE FUNCTION fenceq._check_batch_graph(requests jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_cyclic bigint;
+    v_from bigint[];
+    v_to bigint[];
+    v_left bigint[];
+    v_round integer;
+BEGIN
+    PERFORM set_config('fenceq.batch_job_ids', coalesce((
+        SELECT jsonb_agg(r.value ->> 'job_id') FROM jsonb_array_elements(_check_batch_graph.requests) AS r
+         WHERE jsonb_typeof(r.value) = 'object' AND jsonb_typeof(r.value -> 'job_id') = 'string'), '[]')::text,
+        true);
+    -- Peel off, round by round, the elements with no dependency left inside
+    -- the batch. Chains are at most 16 deep, so 17 rounds peel every element
+    -- of a sound batch; what is left lies on a cycle, behind one, or too deep.
+    SELECT array_agg(n.i), array_agg(t.i) INTO v_from, v_to
+      FROM jsonb_array_elements(_check_batch_graph.requests) WITH ORDINALITY AS n(value, i)
+     CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(n.value -> 'depends_on') = 'array'
+                                                       THEN n.value -> 'depends_on' ELSE '[]' END) AS d(id)
+      JOIN jsonb_array_elements(_check_batch_graph.requests) WITH ORDINALITY AS t(value, i)
+        ON jsonb_typeof(t.value) = 'object' AND t.value ->> 'job_id' = d.id AND t.i <> n.i
+     WHERE jsonb_typeof(n.value) = 'object';
+    IF v_from IS NULL THEN
+        RETURN;
+    END IF;
+    v_left := ARRAY(SELECT DISTINCT x FROM unnest(v_from) AS x);
+    FOR v_round IN 1 .. 17 LOOP
+        v_left := ARRAY(SELECT DISTINCT e.f FROM unnest(v_from, v_to) AS e(f, t) WHERE e.t = ANY (v_left));
+        EXIT WHEN cardinality(v_left) = 0;
+    END LOOP;
+    v_cyclic := (SELECT min(x) - 1 FROM unnest(v_left) AS x);
+    IF v_cyclic IS NOT NULL THEN
+        PERFORM set_config('fenceq.batch_index', v_cyclic::text, true);
+        PERFORM fenceq._raise('QF100', 'the batch''s dependencies form a cycle or a chain deeper than 16');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_batch_graph(jsonb) IS
+    'Private. Publish a batch''s explicit job ids for its dependencies and refuse a cycle among its elements (QF100).';
+
+-- _settle_dependents: what a finished job means for the jobs that depend on
+-- it, in the transaction that finished it. completed: each dependent counts
+-- it off; one whose count reaches zero becomes due at the run_at it asked
+-- for or now, whichever is later (and notifies like a submit). Otherwise
+-- (failed, cancelled, expired): every pending or claimed job that depends on
+-- it, transitively, is cancelled with last_error 'dependency_failed'; a
+-- claimed one's fence dies (and it gets a fenceq_control notification).
+-- Locking: the dependents' rows FOR UPDATE in job id order, so two
+-- finishing dependencies never deadlock on shared dependents.
+CREATE OR REPLACE FUNCTION fenceq._settle_dependents(job_ids text[], completed boolean)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_targets text[];
+    v_now timestamptz;
+    v_queue text;
+    v_job text;
+BEGIN
+    IF _settle_dependents.completed THEN
+        v_targets := ARRAY(SELECT DISTINCT d.job_id FROM fenceq._dependencies AS d
+                            WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+                            ORDER BY 1);
+    ELSE
+        WITH RECURSIVE down(job_id, depth) AS (
+            SELECT d.job_id, 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (_settle_dependents.job_ids)
+            UNION
+            SELECT d.job_id, w.depth + 1 FROM down AS w JOIN fenceq._dependencies AS d ON d.depends_on = w.job_id
+             WHERE w.depth <= 17)
+        SELECT ARRAY(SELECT DISTINCT w.job_id FROM down AS w ORDER BY 1) INTO v_targets;
+    END IF;
+    IF cardinality(v_targets) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_targets) ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF _settle_dependents.completed THEN
+        FOR v_queue IN
+            WITH satisfied AS (
+                UPDATE fenceq._dependencies AS d SET satisfied = true
+                 WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+                RETURNING d.job_id),
+            counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
+            released AS (
+                UPDATE fenceq._jobs AS j
+                   SET blocked_by = nullif(j.blocked_by - c.n, 0),
+                       run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
+                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
+                  FROM counted AS c
+                 WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
+                RETURNING j.queue, j.blocked_by IS NULL AND j.run_at <= v_now AS due)
+            SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
+             WHERE r.due AND q.notify
+        LOOP
+            PERFORM pg_notify('fenceq_jobs', v_queue);
+        END LOOP;
+        RETURN;
+    END IF;
+    FOR v_job IN
+        WITH cancelled AS (
+            UPDATE fenceq._jobs AS j
+               SET status = 'cancelled', last_error = 'dependency_failed', finished_at = v_now,
+                   lease_expires_at = NULL, pid = NULL
+              FROM (SELECT j.job_id, j.status AS was FROM fenceq._jobs AS j
+                     WHERE j.job_id = ANY (v_targets) AND j.status IN ('pending', 'claimed')) AS o
+             WHERE j.job_id = o.job_id
+            RETURNING j.job_id, o.was)
+        SELECT c.job_id FROM cancelled AS c WHERE c.was = 'claimed' ORDER BY c.job_id
+    LOOP
+        PERFORM pg_notify('fenceq_control', v_job);
+    END LOOP;
+    -- fenceq_done (part 58) for the jobs cancelled just now: at this reading.
+    PERFORM fenceq._notify_done(ARRAY(SELECT j.job_id FROM fenceq._jobs AS j
+                                       WHERE j.job_id = ANY (v_targets) AND j.status = 'cancelled'
+                                         AND j.finished_at = v_now));
+END
+$$;
+COMMENT ON FUNCTION fenceq._settle_dependents(text[], boolean) IS
+    'Private. Count a completed job off its dependents (releasing those left with none), or cancel every job that transitively depends on a job that did not complete.';
+
+-- fenceq for PostgreSQL, part 5: workers (claims and fenced writes).
+--
+-- Hot functions pin plan_cache_mode = force_generic_plan: their statements
+-- are simple index lookups and scans whose generic plans are the right ones,
+-- and planning them afresh on every call would cost more than running them.
+-- Every keyed function also pins enable_seqscan = off. A session keeps its
+-- cached plan until the table's statistics change; planned while a table
+-- was empty (a fresh install, after a purge), a lookup would stay a
+-- sequential scan of the whole table as it grows, until autovacuum next
+-- analyzes it. No statement here wants a sequential scan at any size that
+-- matters, so the planner is told not to choose one.
+--
+-- A fenced write locks the job row by primary key, then reads
+-- clock_timestamp(): the lease is judged on a reading taken after the lock is
+-- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
+-- complete and heartbeat do it in their one statement; the other fenced
+-- writes call _lock_live.
+
+-- _is_live: whether a locked job row is the live claim of this fence at now.
+CREATE OR REPLACE FUNCTION fenceq._is_live(
+    job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce((_is_live.job).status = 'claimed'
+        AND (_is_live.job).owner_id = _is_live.owner_id
+        AND (_is_live.job).generation = _is_live.generation
+        AND (_is_live.job).claim_token = _is_live.claim_token
+        AND (_is_live.job).lease_expires_at > _is_live.now, false);
+END
+$$;
+COMMENT ON FUNCTION fenceq._is_live(fenceq._jobs, text, bigint, text, timestamptz) IS
+    'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+
+-- _lock_live: the fenced-write preamble. Refuses a malformed fence (QF106),
+-- locks the job row by primary key, then reads clock_timestamp() and judges
+-- the claim. Returns the locked row when this fence is the live claim, else
+-- a row of NULLs. The lock is held until the caller's transaction ends.
+CREATE OR REPLACE FUNCTION fenceq._lock_live(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS fenceq._jobs
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
+                                _lock_live.generation, _lock_live.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
+    -- _is_live, spelled out: this runs on every fenced write.
+    IF v_job.status = 'claimed' AND v_job.owner_id = _lock_live.owner_id
+       AND v_job.generation = _lock_live.generation AND v_job.claim_token = _lock_live.claim_token
+       AND v_job.lease_expires_at > clock_timestamp() THEN
+        RETURN v_job;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._lock_live(text, text, bigint, text) IS
+    'Private. Lock a job row, then judge the fence on a clock read after the lock: the row when live, else NULLs.';
+
+-- _checkpoints_of: the recorded checkpoints of a job as a jsonb object.
+CREATE OR REPLACE FUNCTION fenceq._checkpoints_of(job_id text)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce((SELECT jsonb_object_agg(c.step, c.value)
+                       FROM fenceq._checkpoints AS c WHERE c.job_id = _checkpoints_of.job_id), '{}'::jsonb);
+END
+$$;
+COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
+    'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
+
+-- claim_next: claim the next eligible job across queues.
+-- Locking: SKIP LOCKED on job rows only; callers never block each other.
+-- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
+-- used one); after an uncertain answer call recover_claim with the same token.
+-- Zero rows: nothing eligible (or every named queue is paused).
+--
+-- The usual call (one queue, well-formed values) is one statement: pick the
+-- head of the queue's claim index with SKIP LOCKED, read the clock above the
+-- lock, claim the row and record its token in the ledger. Anything else
+-- (several queues, a value to check one by one) takes claim_batch's path.
+CREATE OR REPLACE FUNCTION fenceq.claim_next(
+    queues text[], owner_id text, claim_token text,
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_claim fenceq.claim[];  -- an array: a row variable cannot share an INTO list
+    v_old_generation bigint;
+    v_recorded boolean;
+    v_limited boolean;
+BEGIN
+    IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
+                    AND length(claim_next.queues[1]) BETWEEN 1 AND 255
+                    AND length(claim_next.owner_id) BETWEEN 1 AND 255
+                    AND length(claim_next.claim_token) BETWEEN 1 AND 255
+                    AND fenceq._is_plain_duration(claim_next.lease)
+                    AND fenceq._is_plain_duration(claim_next.budget), false) THEN
+        RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+            ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+        RETURN;
+    END IF;
+
+    v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
+    WITH queue AS MATERIALIZED (
+        -- A queue with limits takes claim_batch's path (the limits' lock).
+        SELECT q.lease FROM fenceq._queues AS q
+         WHERE q.queue = claim_next.queues[1] AND NOT q.paused
+           AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
+    picked AS MATERIALIZED (
+        -- The outer projection runs above the row lock, so its clock reading
+        -- is taken once the row is held.
+        SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.generation
+              FROM fenceq._jobs AS j
+             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+               AND EXISTS (SELECT 1 FROM queue)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT 1
+               FOR UPDATE OF j SKIP LOCKED) AS p),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               -- At the largest generation the row keeps it, and the claim
+               -- is refused below (QF303) before anything commits.
+               generation = CASE WHEN p.generation < 9223372036854775807 THEN p.generation + 1
+                                 ELSE p.generation END,
+               owner_id = claim_next.owner_id,
+               claim_token = claim_next.claim_token,
+               lease = coalesce(claim_next.lease, q.lease),
+               lease_expires_at = least(p.locked_at + coalesce(claim_next.lease, q.lease),
+                                        p.locked_at + claim_next.budget),
+               budget_expires_at = p.locked_at + claim_next.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, queue AS q
+         WHERE j.job_id = p.job_id
+        RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
+                  j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
+                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT claim_next.claim_token, c.job_id, c.generation, claim_next.owner_id, c.locked_at
+          FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                     c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                     c.cancel_requested, c.submission_id, '{}'::jsonb)::fenceq.claim],
+           c.old_generation, EXISTS (SELECT 1 FROM recorded)
+      INTO v_claim, v_old_generation, v_recorded
+      FROM claimed AS c;
+
+    IF v_claim IS NULL THEN
+        -- Nothing claimed: an undeclared queue and a used token still raise;
+        -- a queue with limits is claimed from under them.
+        SELECT num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 INTO v_limited
+          FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF v_limited THEN
+            RETURN QUERY SELECT * FROM fenceq.claim_batch(claim_next.queues, claim_next.owner_id,
+                ARRAY[claim_next.claim_token], claim_next.lease, claim_next.budget);
+            RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN;
+    END IF;
+    IF v_old_generation = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    -- Storage must keep exactly what was sent: a trigger or coercion that
+    -- changed it rolls the whole claim back.
+    IF v_claim[1].owner_id IS DISTINCT FROM claim_next.owner_id
+       OR v_claim[1].claim_token IS DISTINCT FROM claim_next.claim_token THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF NOT v_recorded THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    -- Checkpoints need an earlier claim: a first claim has none to read
+    -- (and its statement stays free of the lookup).
+    IF v_claim[1].generation > 1 THEN
+        v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
+    END IF;
+    RETURN NEXT v_claim[1];
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
+    'Claim the next eligible job (priority desc, run_at, submission order) across queues: zero or one row with the fence. Needs a fresh claim_token (QF301 if used); QF101 for an undeclared queue.';
+
+-- _pick_limited: lock and return (in claim order) up to `wanted` due jobs
+-- of a queue with limits, as many as its limits allow now, possibly none.
+-- Locking: the queue row FOR NO KEY UPDATE first, so that claimers of one
+-- limited queue take turns and each counts what the others committed; the
+-- clock is read after that lock. Then each pick is locked FOR UPDATE SKIP
+-- LOCKED. A key at its limit is passed over for the next job of another key.
+-- The rate window is exact because claims of the queue are serialised: a
+-- claim is allowed while fewer than rate_limit claims lie in the last
+-- rate_period, so no window of that length ever holds more (the claims are
+-- recorded by claim_batch at a time no earlier than this check).
+CREATE OR REPLACE FUNCTION fenceq._pick_limited(queue text, wanted integer)
+RETURNS text[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_now timestamptz;
+    v_allowed integer := _pick_limited.wanted;
+    v_full text[] := '{}';
+    v_taken text[] := '{}';
+    v_job fenceq._jobs;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _pick_limited.queue FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+    IF v_queue.max_claimed IS NOT NULL THEN
+        v_allowed := least(v_allowed, v_queue.max_claimed - (
+            SELECT count(*) FROM fenceq._jobs AS j WHERE j.queue = v_queue.queue AND j.status = 'claimed'));
+    END IF;
+    IF v_queue.rate_limit IS NOT NULL THEN
+        DELETE FROM fenceq._rate_window AS r
+         WHERE r.queue = v_queue.queue AND r.claimed_at <= v_now - v_queue.rate_period;
+        v_allowed := least(v_allowed, v_queue.rate_limit - (
+            SELECT count(*) FROM fenceq._rate_window AS r WHERE r.queue = v_queue.queue));
+    END IF;
+    IF v_allowed <= 0 THEN
+        RETURN NULL;
+    END IF;
+    IF v_queue.max_claimed_per_key IS NULL THEN
+        RETURN ARRAY(
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+               AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.priority DESC, j.run_at, j.seq
+             LIMIT v_allowed
+               FOR UPDATE SKIP LOCKED);
+    END IF;
+    -- Per key: the keys already at their limit, then one pick at a time
+    -- (a pick can fill its key).
+    v_full := ARRAY(
+        SELECT j.concurrency_key FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+         GROUP BY j.concurrency_key HAVING count(*) >= v_queue.max_claimed_per_key);
+    WHILE cardinality(v_taken) < v_allowed LOOP
+        SELECT * INTO v_job FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+           AND (j.expires_at IS NULL OR j.expires_at > v_now)
+           AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_full))
+           AND j.job_id <> ALL (v_taken)
+         ORDER BY j.priority DESC, j.run_at, j.seq
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        v_taken := v_taken || v_job.job_id;
+        IF v_job.concurrency_key IS NOT NULL AND (
+            SELECT count(*) FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue.queue AND j.status = 'claimed'
+               AND j.concurrency_key = v_job.concurrency_key)
+            + (SELECT count(*) FROM fenceq._jobs AS j
+                WHERE j.job_id = ANY (v_taken) AND j.concurrency_key = v_job.concurrency_key)
+            >= v_queue.max_claimed_per_key THEN
+            v_full := v_full || v_job.concurrency_key;
+        END IF;
+    END LOOP;
+    RETURN nullif(v_taken, '{}');
+END
+$$;
+COMMENT ON FUNCTION fenceq._pick_limited(text, integer) IS
+    'Private. Lock and return, in claim order, the due jobs of a queue with limits that its limits allow now.';
+
+-- claim_batch: claim up to one job per token (tokens used in array order),
+-- across queues, in priority / run_at / submission order. A repeated or
+-- already used token raises QF301 before anything is claimed. It is also
+-- claim_next's general path.
+-- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
+-- without locks), so concurrent claimers never wait on each other and never
+-- get the same job. One queue: one ordered scan of its claim index. Several:
+-- the head rows of each queue's scan are locked and merged; the heads not
+-- claimed stay locked until the caller's transaction ends (in autocommit, at
+-- once). Then one statement claims every picked job and records its token.
+-- A queue with limits (set_queue_limits) is the exception: its claimers take
+-- turns on its queue row (_pick_limited), and it offers only what its limits
+-- allow, possibly nothing; a limit never raises.
+CREATE OR REPLACE FUNCTION fenceq.claim_batch(
+    queues text[], owner_id text, claim_tokens text[],
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := cardinality(claim_batch.claim_tokens);
+    v_queue fenceq._queues;
+    v_active text[];
+    v_known integer;
+    v_limited text[];
+    v_offered text[] := '{}';
+    v_now timestamptz;
+    v_picked text[];
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_exhausted boolean;
+BEGIN
+    -- Fast paths for the usual well-formed calls: one query-free expression
+    -- for a single claim, one expression for a batch numbered from 1.
+    -- Otherwise the checks run one by one and name what is wrong.
+    IF NOT coalesce(cardinality(claim_batch.queues) = 1 AND length(claim_batch.queues[1]) BETWEEN 1 AND 255
+                    AND v_count = 1 AND length(claim_batch.claim_tokens[1]) BETWEEN 1 AND 255
+                    AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                    AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL, false) THEN
+        IF NOT coalesce(array_ndims(claim_batch.queues) = 1 AND array_lower(claim_batch.queues, 1) = 1
+                        AND cardinality(claim_batch.queues) <= 10000
+                        AND array_ndims(claim_batch.claim_tokens) = 1 AND array_lower(claim_batch.claim_tokens, 1) = 1
+                        AND v_count <= 10000 AND length(claim_batch.owner_id) BETWEEN 1 AND 255
+                        AND claim_batch.lease IS NULL AND claim_batch.budget IS NULL
+                        AND (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_batch.queues) AS n(name))
+                        AND (SELECT bool_and(coalesce(length(t.token) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_batch.claim_tokens) AS t(token)), false) THEN
+            PERFORM fenceq._check_names(claim_batch.queues, 'queues');
+            PERFORM fenceq._check_name(claim_batch.owner_id, 'owner_id');
+            PERFORM fenceq._check_names(claim_batch.claim_tokens, 'claim_tokens');
+            PERFORM fenceq._check_interval(claim_batch.lease, 'lease');
+            PERFORM fenceq._check_interval(claim_batch.budget, 'budget');
+            -- Below, element i is [i]: renumber arrays sent with other bounds.
+            claim_batch.queues := ARRAY(SELECT unnest(claim_batch.queues));
+            claim_batch.claim_tokens := ARRAY(SELECT unnest(claim_batch.claim_tokens));
+        END IF;
+    END IF;
+
+    IF v_count > 1 AND (SELECT count(DISTINCT t.token) FROM unnest(claim_batch.claim_tokens) AS t(token)) <> v_count THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+
+    v_now := clock_timestamp();
+    IF cardinality(claim_batch.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = claim_batch.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
+                                               v_queue.rate_limit) > 0 THEN
+            v_picked := fenceq._pick_limited(v_queue.queue, v_count);
+            v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                                    WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
+        ELSIF NOT v_queue.paused THEN
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO v_picked, v_exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT v_count
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
+        END IF;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
+               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
+          INTO v_active, v_limited, v_known
+          FROM (SELECT q.queue, q.paused,
+                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
+                  FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues)) AS q;
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        -- Queues with limits offer what their limits allow (locking their
+        -- rows in name order, so claimers never deadlock); the merge below
+        -- takes the best of those and of the other queues' heads.
+        IF v_limited IS NOT NULL THEN
+            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
+                                 FROM unnest(v_limited) AS l(name));
+        END IF;
+        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                    UNION ALL
+                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
+                     ORDER BY priority DESC, run_at, seq
+                     LIMIT $2) AS c
+            $sql$ INTO v_picked, v_exhausted USING coalesce(v_active, '{}'), v_count, v_now, v_offered;
+        END IF;
+    END IF;
+
+    -- A used token is refused even when there is nothing to claim. Tokens
+    -- spent on picked jobs are checked by the ledger insert below (its
+    -- conflict rolls the claim back); only the rest are looked up here.
+    IF coalesce(cardinality(v_picked), 0) < v_count AND EXISTS (
+        SELECT 1 FROM fenceq._claims AS c
+         WHERE c.claim_token = ANY (claim_batch.claim_tokens[coalesce(cardinality(v_picked), 0) + 1 : v_count])) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    -- A picked job already at the largest generation cannot be claimed again.
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    v_now := clock_timestamp();  -- read after the picked rows are locked
+
+    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
+    -- trigger or coercion that changes it rolls the whole claim back (QF302).
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal, claim_batch.claim_tokens[p.ordinal] AS token
+          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = claim_batch.owner_id,
+               claim_token = p.token,
+               lease = coalesce(claim_batch.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(claim_batch.lease, q.lease), v_now + claim_batch.budget),
+               budget_expires_at = v_now + claim_batch.budget,
+               cancel_requested = false,
+               pid = NULL
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated),
+    rated AS (
+        INSERT INTO fenceq._rate_window (queue, claimed_at)
+        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+        SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING 1)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT count(*) FROM recorded),
+           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
+      INTO v_claims, v_recorded, v_changed
+      FROM claimed AS c;
+    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded <> cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS
+    'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
+
+-- recover_claim: the live claim this exact owner made with this nonce, or no
+-- row. Read-only: it neither claims again nor renews.
+CREATE OR REPLACE FUNCTION fenceq.recover_claim(owner_id text, claim_token text)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_name(recover_claim.owner_id, 'owner_id');
+    PERFORM fenceq._check_name(recover_claim.claim_token, 'claim_token');
+    SELECT j.* INTO v_job
+      FROM fenceq._claims AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id
+     WHERE c.claim_token = recover_claim.claim_token;
+    IF fenceq._is_live(v_job, recover_claim.owner_id, v_job.generation,
+                       recover_claim.claim_token, clock_timestamp()) THEN
+        RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority,
+            v_job.attempts, v_job.max_attempts, v_job.owner_id, v_job.generation,
+            v_job.claim_token, v_job.lease_expires_at, v_job.budget_expires_at,
+            v_job.cancel_requested, v_job.submission_id,
+            fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
+    'The live claim made by this exact owner and claim token, or no row. Does not claim again and does not renew the lease.';
+
+-- heartbeat: renew a live claim to LEAST(now + lease, budget_expires_at).
+-- True while the claim is live (also when the budget clamps the renewal);
+-- false once the lease or budget ran out or the fence is stale.
+-- One statement, locked and judged as complete is (see there).
+CREATE OR REPLACE FUNCTION fenceq.heartbeat(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT fenceq._is_plain_duration(heartbeat.lease) THEN
+        PERFORM fenceq._check_interval(heartbeat.lease, 'lease');
+    END IF;
+    IF NOT coalesce(fenceq._is_plain_fence(heartbeat.job_id, heartbeat.owner_id,
+                                           heartbeat.generation, heartbeat.claim_token), false) THEN
+        PERFORM fenceq._check_fence(heartbeat.job_id, heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token);
+    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at
+              FROM fenceq._jobs AS j WHERE j.job_id = heartbeat.job_id
+               FOR UPDATE) AS l)
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(l.locked_at + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = heartbeat.owner_id
+       AND l.generation = heartbeat.generation AND l.claim_token = heartbeat.claim_token
+       AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat(text, text, bigint, text, interval) IS
+    'Renew a live claim to LEAST(now + lease, budget). True while live; false when stale, expired or past its budget.';
+
+-- _check_batch: the fence arrays of a batch call must have equal lengths
+-- (QF100), at most 10,000 elements, and well-formed fences (QF106).
+CREATE OR REPLACE FUNCTION fenceq._check_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[])
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_count integer := coalesce(cardinality(_check_batch.job_ids), -1);
+BEGIN
+    IF v_count < 0 OR v_count > 10000
+       OR coalesce(cardinality(_check_batch.owner_ids), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.generations), -1) <> v_count
+       OR coalesce(cardinality(_check_batch.claim_tokens), -1) <> v_count THEN
+        PERFORM fenceq._raise('QF100', 'fence arrays must be non-NULL, of equal length, with at most 10000 elements');
+    END IF;
+    IF v_count > 0 AND (array_ndims(_check_batch.job_ids) <> 1 OR array_ndims(_check_batch.owner_ids) <> 1
+        OR array_ndims(_check_batch.generations) <> 1 OR array_ndims(_check_batch.claim_tokens) <> 1 OR EXISTS (
+        SELECT 1 FROM unnest(_check_batch.job_ids, _check_batch.owner_ids,
+                             _check_batch.generations, _check_batch.claim_tokens) AS f(j, o, g, t)
+         WHERE f.j IS NULL OR length(f.j) NOT BETWEEN 1 AND 36
+            OR f.o IS NULL OR length(f.o) NOT BETWEEN 1 AND 255
+            OR f.t IS NULL OR length(f.t) NOT BETWEEN 1 AND 255
+            OR f.g IS NULL OR f.g < 1)) THEN
+        PERFORM fenceq._raise('QF106', 'a fence is malformed');
+    END IF;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_batch(text[], text[], bigint[], text[]) IS
+    'Private. Validate the fence arrays of a batch call; returns their length.';
+
+-- heartbeat_batch: heartbeat for many fences in one transaction. Element i
+-- answers as heartbeat would for fence i. Rows are locked in job id order,
+-- so two batches never deadlock.
+CREATE OR REPLACE FUNCTION fenceq.heartbeat_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    lease interval DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+BEGIN
+    v_count := fenceq._check_batch(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                                   heartbeat_batch.generations, heartbeat_batch.claim_tokens);
+    IF heartbeat_batch.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (heartbeat_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- A heartbeat changes no fence, so every element naming the live fence
+    -- answers true, as it would one call at a time.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                      heartbeat_batch.generations, heartbeat_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    live AS (
+        -- One primary-key probe per fence (the lateral subquery is kept
+        -- apart by OFFSET 0): joined freely, the planner may hash every
+        -- claimed job instead, however many are in flight.
+        SELECT f.i, f.j FROM fences AS f
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
+    renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
+        UPDATE fenceq._jobs AS j
+           SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
+         WHERE j.job_id IN (SELECT l.j FROM live AS l))
+    SELECT array_agg(EXISTS (SELECT 1 FROM live AS l WHERE l.i = f.i) ORDER BY f.i)
+      INTO v_answers
+      FROM fences AS f;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], interval) IS
+    'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+-- complete: record success for a live, not cancel-requested claim.
+-- True once; false for a stale, expired, terminal or cancel-requested fence.
+-- One statement: the innermost SELECT locks the row by primary key; the
+-- clock is read in the projection above that lock (a condition written
+-- beside the lock could be pushed below it), and the materialized CTE keeps
+-- the fence conditions on that reading, so a lock wait past the lease can
+-- never authorise the write. Its RETURNING reads the queue's notify_done
+-- switch (one primary-key probe of _queues, a few microseconds: as cheap as
+-- a following statement asking whether any queue has the switch on, and
+-- exact), so that only a queue with the switch on pays for the call that
+-- notifies (part 58).
+CREATE OR REPLACE FUNCTION fenceq.complete(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_notify_done boolean;
+BEGIN
+    IF NOT fenceq._is_plain_json(complete.result) THEN
+        PERFORM fenceq._check_json(complete.result, 'result');
+    END IF;
+    IF NOT coalesce(fenceq._is_plain_fence(complete.job_id, complete.owner_id,
+                                           complete.generation, complete.claim_token), false) THEN
+        PERFORM fenceq._check_fence(complete.job_id, complete.owner_id, complete.generation, complete.claim_token);
+    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                   j.cancel_requested
+              FROM fenceq._jobs AS j WHERE j.job_id = complete.job_id
+               FOR UPDATE) AS l)
+    UPDATE fenceq._jobs AS j
+       SET status = 'completed', result = complete.result, finished_at = l.locked_at
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
+       AND l.generation = complete.generation AND l.claim_token = complete.claim_token
+       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
+    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
+         INTO v_notify_done;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Its own statement, so it sees every dependent committed before the
+    -- row lock above was granted (a dependent's submit share-locks this row).
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = complete.job_id) THEN
+        PERFORM fenceq._settle_dependents(ARRAY[complete.job_id], true);
+    END IF;
+    IF v_notify_done THEN
+        PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete(text, text, bigint, text, jsonb) IS
+    'Complete a live claim with an optional JSON result. True once; false when stale, expired, terminal or cancel-requested.';
+
+-- complete_batch: complete many fences in one transaction, rows locked in job
+-- id order. Element i answers as complete would for fence i.
+CREATE OR REPLACE FUNCTION fenceq.complete_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    results jsonb[] DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+    v_completed text[];
+    v_notify_done text[];  -- the completed jobs whose queues notify
+BEGIN
+    v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
+        complete_batch.generations, complete_batch.claim_tokens);
+    IF complete_batch.results IS NOT NULL AND (cardinality(complete_batch.results) <> v_count
+        OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
+        PERFORM fenceq._raise('QF100', 'results must have one element per fence');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF complete_batch.results IS NOT NULL THEN
+        PERFORM fenceq._check_json(r.value, 'result') FROM unnest(complete_batch.results) AS r(value)
+         WHERE r.value IS NOT NULL;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (complete_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- One call at a time, the first element naming a job's live fence would
+    -- complete it and every later one would find it completed: so exactly
+    -- the first live element per job wins.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                      complete_batch.generations, complete_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    winners AS (
+        SELECT DISTINCT ON (f.j) f.j, f.i
+          FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+           AND NOT j.cancel_requested
+         ORDER BY f.j, f.i),
+    completed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'completed', finished_at = v_now,
+               result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
+          FROM winners AS w
+         WHERE j.job_id = w.j
+        RETURNING w.i, w.j, j.queue)
+    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
+           (SELECT array_agg(c.j) FROM completed AS c),
+           (SELECT array_agg(c.j) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
+      INTO v_answers, v_completed, v_notify_done
+      FROM fences AS f;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
+        PERFORM fenceq._settle_dependents(v_completed, true);
+    END IF;
+    IF v_notify_done IS NOT NULL THEN
+        PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete_batch(text[], text[], bigint[], text[], jsonb[]) IS
+    'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
+
+-- _dead_letter: write a dead letter for a job that just failed for good,
+-- in the caller's transaction; returns its id.
+CREATE OR REPLACE FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_dlq_id text := replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    INSERT INTO fenceq._dead_letters (dlq_id, job_id, queue, task, error, attempts, failed_at)
+    VALUES (v_dlq_id, (_dead_letter.job).job_id, (_dead_letter.job).queue, (_dead_letter.job).task,
+            _dead_letter.error, (_dead_letter.job).attempts, _dead_letter.now);
+    RETURN v_dlq_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq._dead_letter(fenceq._jobs, text, timestamptz) IS
+    'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
+
+-- _retry_or_fail: the outcome of a failed attempt (fail, and reap of an
+-- expired lease): back to pending with backoff while attempts remain and
+-- retry is asked, else 'failed' with a dead letter when the queue keeps them.
+-- The caller holds the row lock. Returns the new status.
+CREATE OR REPLACE FUNCTION fenceq._retry_or_fail(
+    job fenceq._jobs, error text, retry boolean, retry_at timestamptz, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_error text := left(_retry_or_fail.error, 65536);
+    v_run_at timestamptz;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
+    IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
+        v_run_at := coalesce(_retry_or_fail.retry_at, least(_retry_or_fail.now + fenceq._backoff(
+            (_retry_or_fail.job).attempts, v_queue.backoff_base, v_queue.backoff_factor, v_queue.backoff_max),
+            timestamptz '9999-12-31 23:59:59.999999+00'));
+        UPDATE fenceq._jobs AS j
+           SET status = 'pending', run_at = v_run_at, last_error = v_error,
+               owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+               budget_expires_at = NULL, pid = NULL
+         WHERE j.job_id = (_retry_or_fail.job).job_id;
+        IF v_run_at <= _retry_or_fail.now AND v_queue.notify THEN
+            PERFORM pg_notify('fenceq_jobs', v_queue.queue);
+        END IF;
+        RETURN 'pending';
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'failed', last_error = v_error, finished_at = _retry_or_fail.now,
+           dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
+                         THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
+     WHERE j.job_id = (_retry_or_fail.job).job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[(_retry_or_fail.job).job_id], false);
+    IF v_queue.notify_done THEN
+        PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
+    END IF;
+    RETURN 'failed';
+END
+$$;
+COMMENT ON FUNCTION fenceq._retry_or_fail(fenceq._jobs, text, boolean, timestamptz, timestamptz) IS
+    'Private. Requeue a failed attempt with backoff, or fail it for good (with a dead letter when the queue keeps them).';
+
+-- fail: record a failed attempt of a live, not cancel-requested claim.
+-- With retry and attempts left: pending at retry_at or now + backoff;
+-- otherwise failed, with the dead letter written in the same transaction.
+-- True once; false for a stale, expired, terminal or cancel-requested fence.
+CREATE OR REPLACE FUNCTION fenceq.fail(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    error text, retry boolean DEFAULT true, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    IF fail.error IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'error is required');
+    END IF;
+    IF fail.retry IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'retry is required');
+    END IF;
+    PERFORM fenceq._check_time(fail.retry_at, 'retry_at');
+    v_job := fenceq._lock_live(fail.job_id, fail.owner_id, fail.generation, fail.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    PERFORM fenceq._retry_or_fail(v_job, fail.error, fail.retry, fail.retry_at, v_now);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.fail(text, text, bigint, text, text, boolean, timestamptz) IS
+    'Fail a live claim: retried with backoff (or at retry_at) while attempts remain, else failed with a dead letter. True once; false when stale, expired, terminal or cancel-requested.';
+
+-- release: hand a live claim back to pending without spending an attempt
+-- (graceful shutdown, snooze). False for a cancel-requested claim.
+CREATE OR REPLACE FUNCTION fenceq.release(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    run_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_run_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_time(release.run_at, 'run_at');
+    v_job := fenceq._lock_live(release.job_id, release.owner_id,
+                               release.generation, release.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    v_run_at := coalesce(release.run_at, v_now);
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL
+     WHERE j.job_id = release.job_id;
+    IF v_run_at <= v_now THEN
+        PERFORM fenceq._notify_jobs(v_job.queue);
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.release(text, text, bigint, text, timestamptz) IS
+    'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+-- checkpoint: record a step's value once per job under a live fence, and
+-- renew the lease as heartbeat would. Returns what is recorded: the earlier
+-- value when the step was already recorded (by this or an earlier claim).
+-- Without a live fence it records nothing and returns SQL NULL.
+CREATE OR REPLACE FUNCTION fenceq.checkpoint(
+    job_id text, owner_id text, generation bigint, claim_token text,
+    step text, value jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_recorded jsonb;
+BEGIN
+    PERFORM fenceq._check_name(checkpoint.step, 'step');
+    IF checkpoint.value IS NULL OR jsonb_typeof(checkpoint.value) = 'null' THEN
+        PERFORM fenceq._raise('QF103', 'a checkpoint value may not be null');
+    END IF;
+    PERFORM fenceq._check_json(checkpoint.value, 'value');
+    v_job := fenceq._lock_live(checkpoint.job_id, checkpoint.owner_id,
+                               checkpoint.generation, checkpoint.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.value INTO v_recorded FROM fenceq._checkpoints AS c
+     WHERE c.job_id = checkpoint.job_id AND c.step = checkpoint.step;
+    IF v_recorded IS NULL THEN
+        IF (SELECT count(*) FROM fenceq._checkpoints AS c WHERE c.job_id = checkpoint.job_id) >= 10000 THEN
+            PERFORM fenceq._raise('QF100', 'a job may hold at most 10000 checkpoints');
+        END IF;
+        -- The row lock on the job serialises writers of its checkpoints.
+        INSERT INTO fenceq._checkpoints AS c (job_id, step, value, generation, recorded_at)
+        VALUES (checkpoint.job_id, checkpoint.step, checkpoint.value, checkpoint.generation, v_now);
+        v_recorded := checkpoint.value;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET lease_expires_at = least(v_now + j.lease, j.budget_expires_at)
+     WHERE j.job_id = checkpoint.job_id;
+    RETURN v_recorded;
+END
+$$;
+COMMENT ON FUNCTION fenceq.checkpoint(text, text, bigint, text, text, jsonb) IS
+    'Record a step value once per job under a live fence and renew the lease; returns the recorded value (the earlier one if already recorded), or NULL without a live fence.';
+
+-- set_pid: record the OS process id working a live, not cancel-requested claim.
+CREATE OR REPLACE FUNCTION fenceq.set_pid(
+    job_id text, owner_id text, generation bigint, claim_token text, pid integer)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    IF set_pid.pid IS NULL OR set_pid.pid < 1 THEN
+        PERFORM fenceq._raise('QF104', 'pid must be a positive integer');
+    END IF;
+    v_job := fenceq._lock_live(set_pid.job_id, set_pid.owner_id,
+                               set_pid.generation, set_pid.claim_token);
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j SET pid = set_pid.pid WHERE j.job_id = set_pid.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_pid(text, text, bigint, text, integer) IS
+    'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
+
+-- claim_state: (cancel_requested, pid) of a live claim; no row when the
+-- fence is not the live owner. A snapshot read without locks: not authority.
+CREATE OR REPLACE FUNCTION fenceq.claim_state(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS TABLE(cancel_requested boolean, pid integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+BEGIN
+    PERFORM fenceq._check_fence(claim_state.job_id, claim_state.owner_id, claim_state.generation, claim_state.claim_token);
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = claim_state.job_id;
+    IF fenceq._is_live(v_job, claim_state.owner_id, claim_state.generation, claim_state.claim_token, clock_timestamp()) THEN
+        RETURN QUERY SELECT v_job.cancel_requested, v_job.pid;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_state(text, text, bigint, text) IS
+    'Snapshot (cancel_requested, pid) of a live claim; no row when the fence is not the live owner.';
+
+-- acknowledge_cancel: the worker confirms a requested cancellation: the job
+-- becomes cancelled, its lease and pid are cleared and its active key freed.
+-- Needs the live fence and a pending cancel request.
+CREATE OR REPLACE FUNCTION fenceq.acknowledge_cancel(
+    job_id text, owner_id text, generation bigint, claim_token text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+BEGIN
+    v_job := fenceq._lock_live(acknowledge_cancel.job_id, acknowledge_cancel.owner_id,
+                               acknowledge_cancel.generation, acknowledge_cancel.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL OR NOT v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._jobs AS j
+       SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
+     WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._settle_dependents(ARRAY[acknowledge_cancel.job_id], false);
+    PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.acknowledge_cancel(text, text, bigint, text) IS
+    'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
+
+-- reap: settle expired claims and overdue pending jobs, oldest first, at most
+-- max_rows in all. Expired claims: cancel-requested -> cancelled; attempts
+-- left -> pending (error 'lease_expired', with backoff); none left -> failed
+-- (+ dead letter). Overdue pending jobs -> expired.
+-- Locking: FOR UPDATE SKIP LOCKED, and each row re-judged on a clock read
+-- after its lock, so reapers running anywhere never count a row twice.
+CREATE OR REPLACE FUNCTION fenceq.reap(max_rows integer DEFAULT 1000)
+RETURNS TABLE(requeued integer, failed integer, cancelled integer, expired integer)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_left integer := reap.max_rows;
+    v_cutoff timestamptz;
+    v_expired text[];
+BEGIN
+    IF reap.max_rows IS NULL OR reap.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    requeued := 0; failed := 0; cancelled := 0; expired := 0;
+    -- A variable, not clock_timestamp() inline: a volatile call cannot be an
+    -- index condition. Each row is re-judged on a fresh reading after its lock.
+    v_cutoff := clock_timestamp();
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.status = 'claimed' AND j.lease_expires_at <= v_cutoff
+         ORDER BY j.lease_expires_at
+         LIMIT v_left
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
+        v_left := v_left - 1;
+        IF v_job.cancel_requested THEN
+            UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
+             WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._settle_dependents(ARRAY[v_job.job_id], false);
+            PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
+            cancelled := cancelled + 1;
+        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
+            requeued := requeued + 1;
+        ELSE
+            failed := failed + 1;
+        END IF;
+    END LOOP;
+    IF v_left > 0 THEN
+        v_cutoff := clock_timestamp();
+        WITH overdue AS (
+            SELECT j.job_id FROM fenceq._jobs AS j
+             WHERE j.status = 'pending' AND j.expires_at <= v_cutoff
+             ORDER BY j.expires_at
+             LIMIT v_left
+               FOR UPDATE SKIP LOCKED),
+        done AS (
+            UPDATE fenceq._jobs AS j SET status = 'expired', finished_at = clock_timestamp()
+              FROM overdue WHERE j.job_id = overdue.job_id
+            RETURNING j.job_id)
+        SELECT array_agg(d.job_id) INTO v_expired FROM done AS d;
+        expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._settle_dependents(v_expired, false);
+        PERFORM fenceq._notify_done(v_expired);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq.reap(integer) IS
+    'Settle expired claims (cancelled, requeued with backoff, or failed + dead letter) and expire overdue pending jobs; at most max_rows, oldest first. Always one row of counts.';
+
+-- fenceq for PostgreSQL, part 5: time (docs/guarantees.md §13): when the
+-- next job falls due, budget extension, bulk cancel.
+
+-- next_due: the earliest run_at of a pending, unexpired job in the named,
+-- unpaused queues; in the past when something is due now, NULL when there
+-- is none (a run_at of 'infinity', a job that waits for something else,
+-- never counts). An idle worker waits no later than this, so a retry or a
+-- delayed job starts on time without a notification.
+-- QF100 for an empty array, QF102 for a malformed name, QF101 for an
+-- undeclared queue. Read-only, no locks.
+--
+-- The claim index orders each queue by priority first, so the earliest
+-- run_at is not its first entry: it is the first entry of each priority's
+-- stretch of it. Per queue, the levels are walked from the highest down,
+-- one index probe each (a loose index scan), and below the 32nd level the
+-- rest of the queue is read in one range scan: many distinct priorities
+-- cost at most a scan of the queue's pending jobs (an empty claim on such a
+-- queue reads all their index entries too). No index is added for this: an
+-- index on (queue, run_at) would cost every submission and every retry a
+-- write (docs/guarantees.md §13 has the figures).
+CREATE OR REPLACE FUNCTION fenceq.next_due(queues text[])
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_active text[];
+    v_known integer;
+    v_queue text;
+    v_now timestamptz;
+    v_queue_due timestamptz;
+    v_floor integer;
+    v_due timestamptz;
+BEGIN
+    PERFORM fenceq._check_names(next_due.queues, 'queues');
+    SELECT array_agg(q.queue) FILTER (WHERE NOT q.paused), count(*)
+      INTO v_active, v_known
+      FROM fenceq._queues AS q WHERE q.queue = ANY (next_due.queues);
+    IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(next_due.queues) AS n(name)) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_now := clock_timestamp();
+    FOREACH v_queue IN ARRAY coalesce(v_active, '{}') LOOP
+        -- The priority levels from the highest down, one probe each, and
+        -- the earliest due job of each level.
+        WITH RECURSIVE levels(priority, depth) AS (
+            (SELECT j.priority, 1 FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue AND j.status = 'pending'
+              ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < l.priority
+                     ORDER BY j.priority DESC LIMIT 1), l.depth + 1
+              FROM levels AS l
+             WHERE l.priority IS NOT NULL AND l.depth < 32)
+        SELECT min(d.run_at), min(l.priority) FILTER (WHERE l.depth = 32)
+          INTO v_queue_due, v_floor
+          FROM levels AS l
+          LEFT JOIN LATERAL (
+            SELECT j.run_at FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority = l.priority
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.run_at LIMIT 1) AS d ON true
+         WHERE l.priority IS NOT NULL;
+        IF v_floor IS NOT NULL THEN
+            -- Levels below the 32nd: the rest of the queue in one range scan.
+            SELECT least(v_queue_due, min(j.run_at)) INTO v_queue_due
+              FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < v_floor
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now);
+        END IF;
+        v_due := least(v_due, v_queue_due);  -- least() skips NULLs
+    END LOOP;
+    RETURN v_due;
+END
+$$;
+COMMENT ON FUNCTION fenceq.next_due(text[]) IS
+    'The earliest run_at of a pending, unexpired job in the named, unpaused queues (in the past when one is due now); NULL when there is none. QF100 for an empty array, QF101 for an undeclared queue.';
+
+-- extend: grow a live claim's budget. budget_expires_at becomes the later
+-- of its current value and now + budget (a shorter budget takes nothing
+-- away); on a claim without a budget it sets one. The lease is renewed as a
+-- heartbeat would, to LEAST(now + the claim's lease, the new budget). Also
+-- for a cancel-requested claim, as heartbeat. True when the claim is live;
+-- false (nothing changed) when the fence is stale, the lease or budget ran
+-- out, or the job is terminal. Locking: the job row, then the clock.
+-- Sending it again after an unknown outcome is safe: it only grows.
+CREATE OR REPLACE FUNCTION fenceq.extend(
+    job_id text, owner_id text, generation bigint, claim_token text, budget interval)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_now timestamptz;
+    v_budget_expires_at timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(extend.budget, 'budget', nullable => false);
+    v_job := fenceq._lock_live(extend.job_id, extend.owner_id, extend.generation, extend.claim_token);
+    v_now := clock_timestamp();
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    -- greatest() skips a NULL: a claim without a budget gets now + budget.
+    v_budget_expires_at := greatest(v_job.budget_expires_at, v_now + extend.budget);
+    UPDATE fenceq._jobs AS j
+       SET budget_expires_at = v_budget_expires_at,
+           lease_expires_at = least(v_now + j.lease, v_budget_expires_at)
+     WHERE j.job_id = extend.job_id;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.extend(text, text, bigint, text, interval) IS
+    'Grow a live claim''s budget to the later of its current one and now + budget (setting one when it had none), and renew the lease as heartbeat would. True when live; false when stale, expired or terminal.';
+
+-- cancel_matching: cancel the jobs of a queue whose task is task (when
+-- given) and whose payload contains payload_contains (jsonb @>, when given),
+-- each as cancel would: pending -> cancelled; with include_claimed, claimed
+-- -> cancel requested, or cancelled at once with force, which kills the
+-- fence. Oldest (first submitted) first, at most max_rows (1 to 100,000);
+-- returns how many jobs changed, with a fenceq_control notification for
+-- each claimed one. A claimed job whose cancel is already requested does
+-- not change without force and is not counted. Bad input (payload_contains
+-- not a JSON object or array, force without include_claimed) is refused
+-- before anything changes. Admins only.
+--
+-- Locking: the matching jobs are chosen without locks, then locked in job
+-- id order (heartbeat_batch's and complete_batch's order, so none of them
+-- deadlock each other) and judged again on their current row: a job that
+-- stopped matching meanwhile (claimed, completed) is left alone and not
+-- counted. It waits for a row another call holds rather than skipping it,
+-- so a job being claimed or heartbeated right now is not silently missed.
+-- Running it again until it answers 0 cancels every match. Reads every
+-- pending (and, with include_claimed, claimed) job of the queue.
+CREATE OR REPLACE FUNCTION fenceq.cancel_matching(
+    queue text, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
+    include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 10000)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_changed integer := 0;
+BEGIN
+    PERFORM fenceq._check_name(cancel_matching.queue, 'queue');
+    PERFORM fenceq._check_name(cancel_matching.task, 'task', nullable => true);
+    IF jsonb_typeof(cancel_matching.payload_contains) NOT IN ('object', 'array') THEN
+        PERFORM fenceq._raise('QF100', 'payload_contains must be a JSON object or array');
+    END IF;
+    PERFORM fenceq._check_json(cancel_matching.payload_contains, 'payload_contains');
+    IF cancel_matching.include_claimed IS NULL OR cancel_matching.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'include_claimed and force are required');
+    END IF;
+    IF cancel_matching.force AND NOT cancel_matching.include_claimed THEN
+        PERFORM fenceq._raise('QF100', 'force applies to claimed jobs: it needs include_claimed');
+    END IF;
+    IF cancel_matching.max_rows IS NULL OR cancel_matching.max_rows NOT BETWEEN 1 AND 100000 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be an integer from 1 to 100000');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = cancel_matching.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    FOR v_job IN
+        SELECT j.* FROM fenceq._jobs AS j
+         WHERE j.job_id IN (
+                SELECT m.job_id FROM fenceq._jobs AS m
+                 WHERE m.queue = cancel_matching.queue
+                   AND (m.status = 'pending'
+                        OR (cancel_matching.include_claimed AND m.status = 'claimed'
+                            AND (cancel_matching.force OR NOT m.cancel_requested)))
+                   AND (cancel_matching.task IS NULL OR m.task = cancel_matching.task)
+                   AND (cancel_matching.payload_contains IS NULL OR m.payload @> cancel_matching.payload_contains)
+                 ORDER BY m.seq
+                 LIMIT cancel_matching.max_rows)
+           -- Judged again on the row as it is once locked.
+           AND (j.status = 'pending'
+                OR (cancel_matching.include_claimed AND j.status = 'claimed'
+                    AND (cancel_matching.force OR NOT j.cancel_requested)))
+         ORDER BY j.job_id
+           FOR UPDATE OF j
+    LOOP
+        PERFORM fenceq._cancel_locked(v_job, cancel_matching.force);
+        IF v_job.status = 'claimed' THEN
+            PERFORM pg_notify('fenceq_control', v_job.job_id);
+        END IF;
+        v_changed := v_changed + 1;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+COMMENT ON FUNCTION fenceq.cancel_matching(text, text, jsonb, boolean, boolean, integer) IS
+    'Cancel, as cancel would, up to max_rows pending (with include_claimed, also claimed) jobs of a queue matching task and payload_contains (@>), oldest first; returns how many changed, notifying fenceq_control for each claimed one. Admins only.';
+
+-- fenceq for PostgreSQL, part 5: periodic schedules (set_schedule, drop_schedule, tick).
+--
+-- A schedule submits one job per occurrence of a cron expression evaluated
+-- in an IANA time zone (docs/guarantees.md §14). set_schedule parses the
+-- expression once into the allowed values of each field; tick submits the
+-- latest due occurrence of each due schedule through submit, under the
+-- submission id 'fenceq:schedule:<schedule>:<occurrence>', so no occurrence
+-- ever makes two jobs. python_client/fenceq/cron.py is the same grammar and
+-- evaluation step for step (SQLite's schedules are evaluated there), and
+-- tests/test_cron.py holds the two to the same answers.
+
+-- _cron_value: one number or name of a cron field as its value, within
+-- low..high (QF100 otherwise). A name (three letters, any case) is the
+-- position in names counted from low.
+CREATE OR REPLACE FUNCTION fenceq._cron_value(
+    token text, what text, low integer, high integer, names text[])
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_value integer;
+BEGIN
+    IF _cron_value.token ~ '^[0-9]+$' THEN
+        v_value := _cron_value.token::integer;
+    ELSE
+        -- COLLATE "C": ASCII case mapping only, whatever the database's locale.
+        v_value := _cron_value.low + array_position(_cron_value.names, upper(_cron_value.token COLLATE "C")) - 1;
+        IF v_value IS NULL THEN
+            PERFORM fenceq._raise('QF100', format('cron expression does not parse (%s field)', _cron_value.what));
+        END IF;
+    END IF;
+    IF v_value NOT BETWEEN _cron_value.low AND _cron_value.high THEN
+        PERFORM fenceq._raise('QF100', format('cron expression is out of range (%s field)', _cron_value.what));
+    END IF;
+    RETURN v_value;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cron_value(text, text, integer, integer, text[]) IS
+    'Private. A cron field''s number or name as its value within the field''s range; QF100 otherwise.';
+
+-- _cron_field: the values one cron field allows, ascending and distinct. A
+-- field is a comma-separated list of *, */S, A, A-B and A-B/S (A, B one or
+-- two digits or a name; S one or two digits, at least 1). QF100 naming the
+-- field (never its text) when it does not parse or leaves low..high.
+CREATE OR REPLACE FUNCTION fenceq._cron_field(
+    field text, what text, low integer, high integer, names text[] DEFAULT '{}')
+RETURNS integer[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_item text;
+    v_parts text[];
+    v_first integer;
+    v_last integer;
+    v_step integer;
+    v_values integer[] := '{}';
+BEGIN
+    FOREACH v_item IN ARRAY string_to_array(_cron_field.field, ',') LOOP
+        v_parts := regexp_match(v_item,
+            '^(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$');
+        -- A step needs a range (A/S alone is not classic cron).
+        IF v_parts IS NULL OR (v_parts[2] IS NOT NULL AND v_parts[3] IS NULL AND v_parts[4] IS NOT NULL) THEN
+            PERFORM fenceq._raise('QF100', format('cron expression does not parse (%s field)', _cron_field.what));
+        END IF;
+        IF v_parts[1] IS NOT NULL THEN
+            v_first := _cron_field.low;
+            v_last := _cron_field.high;
+        ELSE
+            v_first := fenceq._cron_value(v_parts[2], _cron_field.what, _cron_field.low, _cron_field.high,
+                                          _cron_field.names);
+            v_last := CASE WHEN v_parts[3] IS NULL THEN v_first
+                           ELSE fenceq._cron_value(v_parts[3], _cron_field.what, _cron_field.low,
+                                                   _cron_field.high, _cron_field.names) END;
+        END IF;
+        v_step := coalesce(v_parts[4]::integer, 1);
+        IF v_first > v_last OR v_step < 1 THEN
+            PERFORM fenceq._raise('QF100', format('cron expression is out of range (%s field)', _cron_field.what));
+        END IF;
+        v_values := v_values || ARRAY(SELECT generate_series(v_first, v_last, v_step));
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT v.value FROM unnest(v_values) AS v(value) ORDER BY v.value);
+END
+$$;
+COMMENT ON FUNCTION fenceq._cron_field(text, text, integer, integer, text[]) IS
+    'Private. The values a cron field allows, ascending; QF100 naming the field when it does not parse or is out of range.';
+
+-- _cron_parse: a cron expression as the allowed values of its fields
+-- (weekdays 0-6 from Sunday; 7 is Sunday too) and whether day of month and
+-- day of week must both match: they must unless both are restricted (a
+-- field starting with * is not), as in classic cron. Five fields separated
+-- by spaces or tabs, or @hourly, @daily, @weekly, @monthly, @yearly; names
+-- and macros in any case; ASCII only. QF100 for an expression that does not
+-- parse or can never fire (0 0 30 2 *).
+CREATE OR REPLACE FUNCTION fenceq._cron_parse(
+    cron text, OUT minutes integer[], OUT hours integer[], OUT days integer[], OUT months integer[],
+    OUT weekdays integer[], OUT days_and boolean)
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_text text;
+    v_fields text[];
+BEGIN
+    IF _cron_parse.cron IS NULL OR length(_cron_parse.cron) NOT BETWEEN 1 AND 255 THEN
+        PERFORM fenceq._raise('QF100', 'cron expression must be a string of 1 to 255 characters');
+    END IF;
+    IF octet_length(_cron_parse.cron) <> length(_cron_parse.cron) THEN
+        PERFORM fenceq._raise('QF100', 'cron expression does not parse');
+    END IF;
+    v_text := btrim(_cron_parse.cron, E' \t');
+    IF left(v_text, 1) = '@' THEN
+        v_text := CASE lower(v_text COLLATE "C")
+                      WHEN '@hourly' THEN '0 * * * *' WHEN '@daily' THEN '0 0 * * *'
+                      WHEN '@weekly' THEN '0 0 * * 0' WHEN '@monthly' THEN '0 0 1 * *'
+                      WHEN '@yearly' THEN '0 0 1 1 *' END;
+        IF v_text IS NULL THEN
+            PERFORM fenceq._raise('QF100', 'cron expression names an unknown macro');
+        END IF;
+    END IF;
+    v_fields := regexp_split_to_array(v_text, E'[ \t]+');
+    IF cardinality(v_fields) <> 5 THEN
+        PERFORM fenceq._raise('QF100', 'cron expression must have five fields');
+    END IF;
+    minutes := fenceq._cron_field(v_fields[1], 'minute', 0, 59);
+    hours := fenceq._cron_field(v_fields[2], 'hour', 0, 23);
+    days := fenceq._cron_field(v_fields[3], 'day of month', 1, 31);
+    months := fenceq._cron_field(v_fields[4], 'month', 1, 12,
+        '{JAN,FEB,MAR,APR,MAY,JUN,JUL,AUG,SEP,OCT,NOV,DEC}');
+    weekdays := ARRAY(SELECT DISTINCT w.value % 7
+                        FROM unnest(fenceq._cron_field(v_fields[5], 'day of week', 0, 7,
+                                                       '{SUN,MON,TUE,WED,THU,FRI,SAT}')) AS w(value)
+                       ORDER BY 1);
+    days_and := left(v_fields[3], 1) = '*' OR left(v_fields[5], 1) = '*';
+    -- With a day of month required, some allowed month must have that day
+    -- (February has a 29th in leap years); any weekday comes round.
+    IF days_and AND NOT EXISTS (
+        SELECT 1 FROM unnest(months) AS m(month), unnest(days) AS d(day)
+         WHERE d.day <= ('{31,29,31,30,31,30,31,31,30,31,30,31}'::integer[])[m.month]) THEN
+        PERFORM fenceq._raise('QF100', 'cron expression can never fire');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cron_parse(text) IS
+    'Private. A cron expression as the allowed values of its fields and whether day of month and day of week must both match; QF100 when it does not parse or can never fire.';
+
+-- _cron_instant: the first instant at which the local clock in time_zone
+-- reads local or later: local's first instance when it occurs twice (a
+-- fall-back), the end of the gap when it does not occur (a spring-forward).
+-- AT TIME ZONE alone picks the later instance and the offset before a gap.
+-- As PostgreSQL itself does, it assumes a zone's offset changes at most once
+-- in any 48 hours: the offsets a day before and after are the only ones.
+-- Offsets and transitions are whole seconds.
+CREATE OR REPLACE FUNCTION fenceq._cron_instant(local timestamp, time_zone text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_utc timestamptz := _cron_instant.local AT TIME ZONE 'UTC';
+    -- '24 hours', never '1 day': a day of timestamptz arithmetic follows the session's zone.
+    v_day_before timestamptz := v_utc - interval '24 hours';
+    v_day_after timestamptz := v_utc + interval '24 hours';
+    v_before interval := (v_day_before AT TIME ZONE _cron_instant.time_zone) - (v_day_before AT TIME ZONE 'UTC');
+    v_after interval := (v_day_after AT TIME ZONE _cron_instant.time_zone) - (v_day_after AT TIME ZONE 'UTC');
+    v_early timestamptz := v_utc - greatest(v_before, v_after);
+    v_late timestamptz := v_utc - least(v_before, v_after);
+    v_middle timestamptz;
+BEGIN
+    IF (v_early AT TIME ZONE _cron_instant.time_zone) = _cron_instant.local THEN
+        RETURN v_early;
+    END IF;
+    IF (v_late AT TIME ZONE _cron_instant.time_zone) = _cron_instant.local THEN
+        RETURN v_late;
+    END IF;
+    -- In a gap: the wall clock jumps past local between v_early and v_late.
+    WHILE v_late - v_early > interval '1 second' LOOP
+        v_middle := v_early + make_interval(secs => floor(extract(epoch FROM v_late - v_early) / 2));
+        IF (v_middle AT TIME ZONE _cron_instant.time_zone) >= _cron_instant.local THEN
+            v_late := v_middle;
+        ELSE
+            v_early := v_middle;
+        END IF;
+    END LOOP;
+    RETURN v_late;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cron_instant(timestamp, text) IS
+    'Private. The first instant at which the local clock of a time zone reads a wall time or later: its first instance, or the end of the daylight-saving gap it falls in.';
+
+-- _cron_step: the schedule's first occurrence strictly after instant
+-- (forward), or its last at or before instant (backward). Local wall times
+-- that match are walked in order from the wall clock at instant (backward:
+-- plus any fall-back of the last day, whose first pass may lie ahead of the
+-- wall clock) and each becomes an instant by _cron_instant, which never
+-- decreases as the wall time grows. NULL when none lies within 28 years
+-- (every expression set_schedule admits fires within 12) or years
+-- 0001-9999.
+CREATE OR REPLACE FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant timestamptz, forward boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_zone text := _cron_step.schedule.time_zone;
+    v_local timestamp := _cron_step.instant AT TIME ZONE v_zone;
+    v_day_before timestamptz := _cron_step.instant - interval '24 hours';
+    v_direction integer := CASE WHEN _cron_step.forward THEN 1 ELSE -1 END;
+    v_start timestamp;
+    v_start_day date;
+    v_start_hour integer;
+    v_start_minute integer;
+    v_limit date;
+    v_day date;
+    v_hours integer[];
+    v_minutes integer[];
+    v_hour integer;
+    v_minute integer;
+    v_at timestamptz;
+BEGIN
+    IF _cron_step.forward THEN
+        v_start := date_trunc('minute', v_local) + interval '1 minute';
+        v_hours := _cron_step.schedule.cron_hours;
+        v_minutes := _cron_step.schedule.cron_minutes;
+    ELSE
+        v_start := date_trunc('minute', v_local + greatest(
+            ((v_day_before AT TIME ZONE v_zone) - (v_day_before AT TIME ZONE 'UTC'))
+            - (v_local - (_cron_step.instant AT TIME ZONE 'UTC')), interval '0'));
+        v_hours := ARRAY(SELECT h.value FROM unnest(_cron_step.schedule.cron_hours) WITH ORDINALITY AS h(value, i)
+                          ORDER BY h.i DESC);
+        v_minutes := ARRAY(SELECT m.value FROM unnest(_cron_step.schedule.cron_minutes) WITH ORDINALITY AS m(value, i)
+                            ORDER BY m.i DESC);
+    END IF;
+    v_start_day := v_start::date;
+    v_start_hour := extract(hour FROM v_start)::integer;
+    v_start_minute := extract(minute FROM v_start)::integer;
+    v_limit := CASE WHEN _cron_step.forward THEN least(v_start_day + 10227, date '9999-12-30')
+                    ELSE greatest(v_start_day - 10227, date '0001-01-03') END;
+    v_day := v_start_day;
+    WHILE CASE WHEN _cron_step.forward THEN v_day <= v_limit ELSE v_day >= v_limit END LOOP
+        IF NOT extract(month FROM v_day)::integer = ANY (_cron_step.schedule.cron_months) THEN
+            -- On to the first day of the next month, or the last of the previous.
+            IF make_date(extract(year FROM v_day)::integer, extract(month FROM v_day)::integer, 1)
+               = (CASE WHEN _cron_step.forward THEN date '9999-12-01' ELSE date '0001-01-01' END) THEN
+                RETURN NULL;
+            END IF;
+            v_day := CASE WHEN _cron_step.forward
+                          THEN make_date(extract(year FROM v_day)::integer + extract(month FROM v_day)::integer / 12,
+                                         extract(month FROM v_day)::integer % 12 + 1, 1)
+                          ELSE make_date(extract(year FROM v_day)::integer, extract(month FROM v_day)::integer, 1) - 1
+                     END;
+            CONTINUE;
+        END IF;
+        -- (Parenthesised: IF would take the first THEN as its own.)
+        IF (CASE WHEN _cron_step.schedule.cron_days_and
+                 THEN extract(day FROM v_day)::integer = ANY (_cron_step.schedule.cron_days)
+                      AND extract(dow FROM v_day)::integer = ANY (_cron_step.schedule.cron_weekdays)
+                 ELSE extract(day FROM v_day)::integer = ANY (_cron_step.schedule.cron_days)
+                      OR extract(dow FROM v_day)::integer = ANY (_cron_step.schedule.cron_weekdays) END) THEN
+            FOREACH v_hour IN ARRAY v_hours LOOP
+                CONTINUE WHEN v_day = v_start_day AND (v_hour - v_start_hour) * v_direction < 0;
+                FOREACH v_minute IN ARRAY v_minutes LOOP
+                    CONTINUE WHEN v_day = v_start_day AND v_hour = v_start_hour
+                                  AND (v_minute - v_start_minute) * v_direction < 0;
+                    v_at := fenceq._cron_instant(v_day + make_time(v_hour, v_minute, 0), v_zone);
+                    IF (CASE WHEN _cron_step.forward THEN v_at > _cron_step.instant
+                             ELSE v_at <= _cron_step.instant END) THEN
+                        RETURN v_at;
+                    END IF;
+                END LOOP;
+            END LOOP;
+        END IF;
+        v_day := v_day + v_direction;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cron_step(fenceq._schedules, timestamptz, boolean) IS
+    'Private. A schedule''s first occurrence after an instant (forward) or last at or before it; NULL when none lies within 28 years.';
+
+-- _try_lock_identities: _lock_identities without waiting: true when every
+-- key's advisory transaction lock is now held, false as soon as one is busy
+-- (the keys taken before it stay held until the transaction ends).
+CREATE OR REPLACE FUNCTION fenceq._try_lock_identities(keys text[])
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_key text;
+BEGIN
+    FOREACH v_key IN ARRAY _try_lock_identities.keys LOOP
+        CONTINUE WHEN v_key IS NULL;
+        IF NOT pg_try_advisory_xact_lock(hashtextextended(v_key, 0)) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq._try_lock_identities(text[]) IS
+    'Private. Try the advisory transaction locks of identity keys without waiting; false when one is held elsewhere.';
+
+-- set_schedule: create a schedule or replace its definition. The schedule
+-- name is 1 to 218 characters, so that its submission ids stay within 255.
+-- Replacing recomputes the next occurrence from now (a paused schedule has
+-- none); the last run and job are kept. True when anything changed; false
+-- when the schedule exists exactly so (the cron text, zone name and payload
+-- compared exactly). QF101 for an undeclared queue; QF100 for a cron
+-- expression that does not parse or can never fire, or a time zone that
+-- pg_timezone_names does not list by that exact name. Nothing changes on
+-- an error.
+-- Locking: the schedule row (a concurrent twin of a new schedule waits on
+-- its insert); the clock is read after the lock.
+CREATE OR REPLACE FUNCTION fenceq.set_schedule(
+    schedule text,
+    queue text,
+    task text,
+    cron text,
+    payload jsonb DEFAULT NULL,
+    time_zone text DEFAULT 'UTC',
+    priority integer DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    active_key text DEFAULT NULL,
+    paused boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_new fenceq._schedules;
+    v_old fenceq._schedules;
+    v_cron record;
+BEGIN
+    PERFORM fenceq._check_name(set_schedule.schedule, 'schedule', max_length => 218);
+    PERFORM fenceq._check_name(set_schedule.queue, 'queue');
+    PERFORM fenceq._check_name(set_schedule.task, 'task');
+    PERFORM fenceq._check_name(set_schedule.active_key, 'active_key', nullable => true);
+    IF set_schedule.max_attempts < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_attempts must be a positive integer');
+    END IF;
+    IF set_schedule.paused IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'paused is required');
+    END IF;
+    v_new.payload := CASE WHEN jsonb_typeof(set_schedule.payload) = 'null' THEN NULL ELSE set_schedule.payload END;
+    IF v_new.payload IS NOT NULL THEN
+        PERFORM fenceq._check_json(v_new.payload, 'payload');
+    END IF;
+    SELECT * INTO v_cron FROM fenceq._cron_parse(set_schedule.cron);
+    -- pg_timezone_names reads every zone file (about 0.1 s): a zone some
+    -- schedule has already is known.
+    IF set_schedule.time_zone IS NULL
+       OR NOT EXISTS (SELECT 1 FROM fenceq._schedules AS s WHERE s.time_zone = set_schedule.time_zone)
+          AND NOT EXISTS (SELECT 1 FROM pg_timezone_names AS z WHERE z.name = set_schedule.time_zone) THEN
+        PERFORM fenceq._raise('QF100', 'time_zone must name a known IANA time zone');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = set_schedule.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+
+    v_new.schedule := set_schedule.schedule;
+    v_new.queue := set_schedule.queue;
+    v_new.task := set_schedule.task;
+    v_new.cron := set_schedule.cron;
+    v_new.time_zone := set_schedule.time_zone;
+    v_new.priority := set_schedule.priority;
+    v_new.max_attempts := set_schedule.max_attempts;
+    v_new.active_key := set_schedule.active_key;
+    v_new.paused := set_schedule.paused;
+    v_new.cron_minutes := v_cron.minutes;
+    v_new.cron_hours := v_cron.hours;
+    v_new.cron_days := v_cron.days;
+    v_new.cron_months := v_cron.months;
+    v_new.cron_weekdays := v_cron.weekdays;
+    v_new.cron_days_and := v_cron.days_and;
+    LOOP
+        IF NOT v_new.paused THEN
+            v_new.next_run_at := fenceq._cron_step(v_new, clock_timestamp(), true);
+        END IF;
+        INSERT INTO fenceq._schedules AS s SELECT v_new.* ON CONFLICT (schedule) DO NOTHING;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        SELECT * INTO v_old FROM fenceq._schedules AS s WHERE s.schedule = set_schedule.schedule FOR UPDATE;
+        EXIT WHEN FOUND;  -- else it was dropped meanwhile: insert again
+    END LOOP;
+    IF (v_old.queue, v_old.task, v_old.cron, v_old.time_zone, fenceq._canonical_json(v_old.payload),
+        v_old.priority, v_old.max_attempts, v_old.active_key, v_old.paused)
+       IS NOT DISTINCT FROM
+       (v_new.queue, v_new.task, v_new.cron, v_new.time_zone, fenceq._canonical_json(v_new.payload),
+        v_new.priority, v_new.max_attempts, v_new.active_key, v_new.paused) THEN
+        RETURN false;
+    END IF;
+    v_new.next_run_at := CASE WHEN v_new.paused THEN NULL ELSE fenceq._cron_step(v_new, clock_timestamp(), true) END;
+    UPDATE fenceq._schedules AS s
+       SET queue = v_new.queue, task = v_new.task, cron = v_new.cron, time_zone = v_new.time_zone,
+           payload = v_new.payload, priority = v_new.priority, max_attempts = v_new.max_attempts,
+           active_key = v_new.active_key, paused = v_new.paused, cron_minutes = v_new.cron_minutes,
+           cron_hours = v_new.cron_hours, cron_days = v_new.cron_days, cron_months = v_new.cron_months,
+           cron_weekdays = v_new.cron_weekdays, cron_days_and = v_new.cron_days_and,
+           next_run_at = v_new.next_run_at
+     WHERE s.schedule = set_schedule.schedule;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_schedule(text, text, text, text, jsonb, text, integer, integer, text, boolean) IS
+    'Create a schedule or replace its definition (the next occurrence is recomputed from now). True when anything changed, false when identical. QF101 unknown queue; QF100 a cron expression that does not parse or can never fire, or an unknown time zone.';
+
+-- drop_schedule: delete a schedule; the jobs it submitted stay.
+-- True when it existed. Locking: the schedule row.
+CREATE OR REPLACE FUNCTION fenceq.drop_schedule(schedule text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(drop_schedule.schedule, 'schedule', max_length => 218);
+    DELETE FROM fenceq._schedules AS s WHERE s.schedule = drop_schedule.schedule;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION fenceq.drop_schedule(text) IS
+    'Delete a schedule (the jobs it submitted stay). True when it existed.';
+
+-- tick: submit the jobs of due schedules, the longest due first, at most
+-- max_rows schedules. For each, one job for the latest due occurrence
+-- (missed earlier ones are skipped) with run_at = that occurrence and
+-- submission_id = 'fenceq:schedule:' || schedule || ':' || occurrence (UTC,
+-- YYYY-MM-DDTHH:MM:SSZ); with an active key held by an active job the
+-- occurrence is skipped, never forced. Then the next occurrence is the first
+-- after now. Returns the number of jobs submitted.
+-- Locking: FOR UPDATE SKIP LOCKED on the schedule rows, the clock read after
+-- each lock; the occurrence's identities (submission id, active key) are
+-- taken without waiting, and a schedule whose identity is busy stays due for
+-- the next tick. So concurrent ticks never wait on each other, and one
+-- occurrence never makes two jobs: ticks racing, a tick retried after a lost
+-- acknowledgement, pg_cron and every worker at once. An occurrence already
+-- submitted under its id is not submitted again.
+CREATE OR REPLACE FUNCTION fenceq.tick(max_rows integer DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_schedule fenceq._schedules;
+    v_cutoff timestamptz;
+    v_now timestamptz;
+    v_occurrence timestamptz;
+    v_submission_id text;
+    v_job_id text;
+    v_submitted integer := 0;
+BEGIN
+    IF tick.max_rows IS NULL OR tick.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp();
+    FOR v_schedule IN
+        SELECT s.* FROM fenceq._schedules AS s
+         WHERE s.next_run_at <= v_cutoff
+         ORDER BY s.next_run_at
+         LIMIT tick.max_rows
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+        v_job_id := NULL;
+        -- The latest occurrence due; none when the last one due lies before
+        -- next_run_at (the zone's rules changed since it was computed).
+        v_occurrence := fenceq._cron_step(v_schedule, v_now, false);
+        IF v_occurrence >= v_schedule.next_run_at THEN
+            v_submission_id := 'fenceq:schedule:' || v_schedule.schedule || ':'
+                || to_char(v_occurrence AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+            CONTINUE WHEN NOT fenceq._try_lock_identities(fenceq._identity_keys(
+                v_schedule.queue, v_schedule.active_key, NULL, v_submission_id));
+            SELECT s.job_id INTO v_job_id FROM fenceq._submissions AS s WHERE s.submission_id = v_submission_id;
+            IF NOT FOUND AND (v_schedule.active_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM fenceq._jobs AS j
+                 WHERE j.queue = v_schedule.queue AND j.active_key = v_schedule.active_key
+                   AND j.status IN ('pending', 'claimed'))) THEN
+                v_job_id := fenceq.submit(queue => v_schedule.queue, task => v_schedule.task,
+                    payload => v_schedule.payload, submission_id => v_submission_id,
+                    priority => v_schedule.priority, run_at => v_occurrence,
+                    max_attempts => v_schedule.max_attempts, active_key => v_schedule.active_key);
+                v_submitted := v_submitted + 1;
+            END IF;
+        END IF;
+        UPDATE fenceq._schedules AS s
+           SET next_run_at = fenceq._cron_step(v_schedule, v_now, true),
+               last_run_at = CASE WHEN v_job_id IS NULL THEN s.last_run_at ELSE v_occurrence END,
+               last_job_id = coalesce(v_job_id, s.last_job_id)
+         WHERE s.schedule = v_schedule.schedule;
+    END LOOP;
+    RETURN v_submitted;
+END
+$$;
+COMMENT ON FUNCTION fenceq.tick(integer) IS
+    'Submit one job for the latest due occurrence of each due schedule (at most max_rows schedules; missed occurrences are skipped, a busy active key skips the occurrence), then move each to its first occurrence after now. Returns the jobs submitted. Concurrent ticks never wait on each other or make two jobs for one occurrence.';
+
+-- The schedules, as set_schedule defined them, with their next and last
+-- occurrences. Columns are only ever appended (docs/guarantees.md §3).
+CREATE OR REPLACE VIEW fenceq.schedules AS
+SELECT s.schedule, s.queue, s.task, s.cron, s.time_zone, s.payload, s.priority, s.max_attempts,
+       s.active_key, s.paused, s.next_run_at, s.last_run_at, s.last_job_id
+  FROM fenceq._schedules AS s;
+COMMENT ON VIEW fenceq.schedules IS
+    'Every schedule: its definition, the next occurrence tick submits (NULL while paused) and the last occurrence submitted with its job.';
+
+-- fenceq for PostgreSQL, part 5: named locks with fencing tokens
+-- (docs/guarantees.md §15).
+--
+-- A named lock is one row of fenceq._locks: for work that must run once at
+-- a time (a nightly report, a migration, maintenance), with the guarantee a
+-- claim gives a job. acquire_lock hands out a fencing token; every token of
+-- a lock is larger than the one before, across releases too, because a
+-- released lock keeps its row and its last token. A holder fences writes to
+-- its own tables by calling check_lock in the same transaction.
+--
+-- Row locks, and why each function takes the mode it does:
+-- - acquire_lock locks the row FOR UPDATE, the one mode that conflicts with
+--   FOR KEY SHARE: it waits for every transaction in which check_lock
+--   answered, so that no token is handed on while a fenced transaction of
+--   the holder may still commit. It must stay FOR UPDATE: the UPDATE alone
+--   changes no key column and would take only FOR NO KEY UPDATE, which a
+--   key-share lock does not block.
+-- - check_lock locks the row FOR KEY SHARE, which only FOR UPDATE (that is,
+--   acquire_lock) waits for, until the caller's transaction ends.
+-- - renew_lock and release_lock lock the row FOR NO KEY UPDATE, which does
+--   not wait for check_lock: the holder's renewals (typically on another
+--   connection) never queue behind its own fenced transactions, so a long
+--   fenced transaction cannot make the lock lapse. That is safe: neither
+--   hands out a token, and a key-share lock carries over to the row version
+--   they write, so an acquire after a release still waits for the
+--   transactions in which check_lock answered.
+-- Each function judges the lock on clock_timestamp() read after its row
+-- lock is held, so a wait for the lock past expiry can never authorise
+-- anything. Like every function, they are specified under READ COMMITTED;
+-- under REPEATABLE READ or SERIALIZABLE a row lock on a lock that changed
+-- since the transaction's snapshot fails with 40001.
+
+-- _check_lock_token: a fencing token is a positive bigint (QF104).
+CREATE OR REPLACE FUNCTION fenceq._check_lock_token(token bigint)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_lock_token.token IS NULL OR _check_lock_token.token < 1 THEN
+        PERFORM fenceq._raise('QF104', 'token must be a positive integer');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_lock_token(bigint) IS
+    'Private. Refuse (QF104) a NULL fencing token or one below 1.';
+
+-- _hold_lock: the preamble of renew_lock and release_lock. Locks the lock's
+-- row FOR NO KEY UPDATE, which does not wait for check_lock (see the top of
+-- this file), then reads clock_timestamp(): that reading when owner_id
+-- holds the lock live with token, else NULL. The row lock is held until the
+-- caller's transaction ends.
+CREATE OR REPLACE FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_lock fenceq._locks;
+    v_now timestamptz;
+BEGIN
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = _hold_lock.lock FOR NO KEY UPDATE;
+    v_now := clock_timestamp();  -- read after the row lock is held
+    IF v_lock.owner_id = _hold_lock.owner_id AND v_lock.token = _hold_lock.token AND v_lock.expires_at > v_now THEN
+        RETURN v_now;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._hold_lock(text, text, bigint) IS
+    'Private. Lock a named lock''s row, then judge the hold on a clock read after the lock: that reading when this owner holds it live with this token, else NULL.';
+
+-- acquire_lock: take a named lock for ttl, or renew it for its live holder.
+-- Answers the fencing token when the lock is free, released, lapsed (judged
+-- on the clock read after the row lock), or already held live by this
+-- owner (then renewed to now + ttl, with the same token); NULL, changing
+-- nothing, while another owner holds it live. A taken lock gets the
+-- previous token + 1 (the first acquire of a name gets 1), also when the
+-- same owner takes back a lock that lapsed; QF304 when that would pass the
+-- largest bigint. Idempotent for the live holder: repeating the call
+-- renews and answers the same token.
+-- Locking: the lock's row FOR UPDATE, never a weaker mode (docs/guarantees.md
+-- §15), so it waits for transactions in which check_lock answered. The first
+-- acquire of a name inserts its row; concurrent first acquires insert one
+-- row between them (ON CONFLICT: the later ones wait for the first one's
+-- transaction, then lock its row).
+CREATE OR REPLACE FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock fenceq._locks;
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(acquire_lock.lock, 'lock');
+    PERFORM fenceq._check_name(acquire_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_interval(acquire_lock.ttl, 'ttl', nullable => false);
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = acquire_lock.lock FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO fenceq._locks AS l (lock, token) VALUES (acquire_lock.lock, 0)
+        ON CONFLICT (lock) DO NOTHING;
+        SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = acquire_lock.lock FOR UPDATE;
+    END IF;
+    v_now := clock_timestamp();  -- read after the row lock is held
+    IF v_lock.expires_at > v_now THEN
+        IF v_lock.owner_id <> acquire_lock.owner_id THEN
+            RETURN NULL;
+        END IF;
+        UPDATE fenceq._locks AS l SET expires_at = v_now + acquire_lock.ttl WHERE l.lock = acquire_lock.lock;
+        RETURN v_lock.token;
+    END IF;
+    IF v_lock.token = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF304', 'the lock''s token is exhausted');
+    END IF;
+    UPDATE fenceq._locks AS l
+       SET owner_id = acquire_lock.owner_id, token = l.token + 1, expires_at = v_now + acquire_lock.ttl
+     WHERE l.lock = acquire_lock.lock
+    RETURNING l.token INTO v_lock.token;
+    RETURN v_lock.token;
+END
+$$;
+COMMENT ON FUNCTION fenceq.acquire_lock(text, text, interval) IS
+    'Take a named lock for ttl: its new fencing token (larger than every earlier one), the same token renewed for its live holder, or NULL while another owner holds it. QF304 when the token is exhausted.';
+
+-- renew_lock: extend a live hold to now + ttl. True while this owner holds
+-- the lock live with this token; false, changing nothing, once the hold
+-- lapsed (also when nobody took the lock since: a lapsed hold is over, take
+-- the lock again with acquire_lock for a new token), after a release, or
+-- for another owner or token.
+-- Locking: the lock's row FOR NO KEY UPDATE, which does not wait for
+-- check_lock (docs/guarantees.md §15).
+CREATE OR REPLACE FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(renew_lock.lock, 'lock');
+    PERFORM fenceq._check_name(renew_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_lock_token(renew_lock.token);
+    PERFORM fenceq._check_interval(renew_lock.ttl, 'ttl', nullable => false);
+    v_now := fenceq._hold_lock(renew_lock.lock, renew_lock.owner_id, renew_lock.token);
+    IF v_now IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._locks AS l SET expires_at = v_now + renew_lock.ttl WHERE l.lock = renew_lock.lock;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.renew_lock(text, text, bigint, interval) IS
+    'Extend a live hold of a named lock to now + ttl. True while this owner holds it live with this token; false once lapsed, released or taken over.';
+
+-- release_lock: end a live hold at once. True when this owner held the
+-- lock live with this token: the lock is free, and keeps its token so that
+-- the next acquire answers a larger one. False, changing nothing, for a
+-- lapsed hold, a second release, or another owner or token.
+-- Locking: the lock's row FOR NO KEY UPDATE, which does not wait for
+-- check_lock; the next acquire still does (docs/guarantees.md §15).
+CREATE OR REPLACE FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(release_lock.lock, 'lock');
+    PERFORM fenceq._check_name(release_lock.owner_id, 'owner_id');
+    PERFORM fenceq._check_lock_token(release_lock.token);
+    IF fenceq._hold_lock(release_lock.lock, release_lock.owner_id, release_lock.token) IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._locks AS l SET owner_id = NULL, expires_at = NULL WHERE l.lock = release_lock.lock;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION fenceq.release_lock(text, text, bigint) IS
+    'Release a live hold of a named lock; the lock keeps its token, so the next acquire answers a larger one. True when released; false when lapsed, released already or taken over.';
+
+-- check_lock: the fence for a holder's own writes. True while the token is
+-- the live holder's (judged on the clock read after the row lock); false
+-- for an unknown lock, a released or lapsed hold, or a stale token. Either
+-- way the lock's row stays locked until the caller's transaction ends, so
+-- no owner can acquire the lock (and no larger token can exist) before the
+-- caller's writes in that transaction commit or roll back: call it in the
+-- transaction that writes, before the writes, and commit them only on true.
+-- Changes nothing. In autocommit its answer is only a snapshot.
+-- Locking: the lock's row FOR KEY SHARE, which acquire_lock's FOR UPDATE
+-- waits for; renew_lock and release_lock do not (docs/guarantees.md §15).
+-- It waits for an acquire in progress and answers on its outcome.
+CREATE OR REPLACE FUNCTION fenceq.check_lock(lock text, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock fenceq._locks;
+BEGIN
+    PERFORM fenceq._check_name(check_lock.lock, 'lock');
+    PERFORM fenceq._check_lock_token(check_lock.token);
+    SELECT * INTO v_lock FROM fenceq._locks AS l WHERE l.lock = check_lock.lock FOR KEY SHARE;
+    -- The clock is read here, after the row lock is held.
+    RETURN coalesce(v_lock.token = check_lock.token AND v_lock.expires_at > clock_timestamp(), false);
+END
+$$;
+COMMENT ON FUNCTION fenceq.check_lock(text, bigint) IS
+    'True while the token is the live holder''s of a named lock. Holds the lock row until the caller''s transaction ends, so no owner acquires it meanwhile: call it in the transaction that makes the fenced writes.';
+
+-- Named locks as they stand: a lock is held while owner_id is set and
+-- expires_at is after now; a released lock shows NULLs there and its last
+-- token. Columns are only ever appended (docs/guarantees.md §3).
+CREATE OR REPLACE VIEW fenceq.locks AS
+SELECT l.lock, l.owner_id, l.token, l.expires_at
+  FROM fenceq._locks AS l;
+COMMENT ON VIEW fenceq.locks IS
+    'Every named lock ever acquired: its holder and expiry (NULL once released; a past expiry has lapsed) and its last fencing token.';
+
+-- fenceq for PostgreSQL, part 58: waiting for results and fenced progress.
+--
+-- docs/guarantees.md §17. A queue whose notify_done switch is on sends a
+-- fenceq_done notification, whose payload is the job id, at every terminal
+-- transition of its jobs: every function that makes a job completed,
+-- failed, cancelled or expired calls _notify_done. progress records a small
+-- JSON value on a live claim and renews its lease, as a heartbeat does.
+
+-- _notify_done: a fenceq_done hint for each of the jobs whose queue has
+-- notify_done on, sent in the caller's transaction after it made them
+-- terminal. A notification is delivered at commit, so a listener woken by
+-- one reads the job terminal; a rolled-back transaction sends nothing.
+-- Callers on the hot path (complete, complete_batch, fail) read their
+-- queue's switch in a statement they run anyway, and skip the call when it
+-- is off.
+CREATE OR REPLACE FUNCTION fenceq._notify_done(job_ids text[])
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pg_notify('fenceq_done', j.job_id)
+       FROM fenceq._jobs AS j JOIN fenceq._queues AS q ON q.queue = j.queue
+      WHERE j.job_id = ANY (_notify_done.job_ids) AND q.notify_done;
+END
+$$;
+COMMENT ON FUNCTION fenceq._notify_done(text[]) IS
+    'Private. Send fenceq_done (payload: the job id) for each of these jobs whose queue has notify_done on.';
+
+-- set_queue_notify_done: whether the terminal transitions of a queue's jobs
+-- send fenceq_done notifications. Off by default: every notifying commit
+-- takes a cluster-wide lock (docs/guarantees.md §11), and without the
+-- notifications a waiting client polls instead.
+-- Locking: the queue row, for the update; of concurrent identical calls
+-- exactly one changes the flag. True when the flag changed; false when it
+-- had this value already; QF101 for an unknown queue.
+CREATE OR REPLACE FUNCTION fenceq.set_queue_notify_done(queue text, notify boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(set_queue_notify_done.queue, 'queue');
+    IF set_queue_notify_done.notify IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'notify is required');
+    END IF;
+    UPDATE fenceq._queues AS q SET notify_done = set_queue_notify_done.notify
+     WHERE q.queue = set_queue_notify_done.queue AND q.notify_done <> set_queue_notify_done.notify;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = set_queue_notify_done.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION fenceq.set_queue_notify_done(text, boolean) IS
+    'Turn fenceq_done notifications (one per job reaching a terminal state, payload the job id) for a queue on or off. True when the flag changed; QF101 for an unknown queue.';
+
+-- progress: record a progress report (any JSON value of at most 64 KiB in
+-- canonical form; JSON null clears it) on a live claim, with progress_at
+-- the time it was recorded. A sign of life: it renews the lease as
+-- heartbeat does without a lease, to LEAST(now + the claim's lease,
+-- budget_expires_at), also for a cancel-requested claim. A later report
+-- replaces an earlier one.
+-- True while the claim is live (also when the budget clamps the renewal);
+-- false, with nothing changed, once the lease or the budget has run out,
+-- the job is terminal or the fence is stale. QF103 for a bad value (named
+-- before a malformed fence, QF106).
+-- Locking: one statement, locked and judged as complete is (the job row
+-- by primary key, the clock read above the lock). A HOT update: no index
+-- covers progress, progress_at or lease_expires_at.
+CREATE OR REPLACE FUNCTION fenceq.progress(
+    job_id text, owner_id text, generation bigint, claim_token text, progress jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- jsonb's text is never shorter than the canonical form: a cheap first
+    -- test of the size.
+    IF NOT coalesce(fenceq._is_plain_json(progress.progress)
+                    AND octet_length(progress.progress::text) <= 65536, true) THEN
+        PERFORM fenceq._check_json(progress.progress, 'progress');
+        IF octet_length(fenceq._canonical_json(progress.progress)) > 65536 THEN
+            PERFORM fenceq._raise('QF103', 'progress exceeds 64 KiB in canonical form');
+        END IF;
+    END IF;
+    IF NOT coalesce(fenceq._is_plain_fence(progress.job_id, progress.owner_id,
+                                           progress.generation, progress.claim_token), false) THEN
+        PERFORM fenceq._check_fence(progress.job_id, progress.owner_id, progress.generation, progress.claim_token);
+    END IF;
+    WITH locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT j.job_id, j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at
+              FROM fenceq._jobs AS j WHERE j.job_id = progress.job_id
+               FOR UPDATE) AS l)
+    UPDATE fenceq._jobs AS j
+       SET progress = nullif(progress.progress, 'null'::jsonb), progress_at = l.locked_at,
+           lease_expires_at = least(l.locked_at + j.lease, j.budget_expires_at)
+      FROM locked AS l
+     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = progress.owner_id
+       AND l.generation = progress.generation AND l.claim_token = progress.claim_token
+       AND l.lease_expires_at > l.locked_at;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION fenceq.progress(text, text, bigint, text, jsonb) IS
+    'Record a progress report (JSON, at most 64 KiB canonical) on a live claim and renew its lease as heartbeat does. True while live; false when stale, expired, terminal or past its budget.';
+
+-- fenceq for PostgreSQL, part 6: operators (cancel, views, purge, dead letters).
+
+-- _cancel_locked: cancel a job whose row the caller holds locked, as cancel
+-- does: pending (or claimed, with force) -> 'cancelled', which kills any
+-- fence; claimed -> cancel requested (the worker acknowledges). Returns the
+-- new state, 'cancelled' or 'cancel_requested', or NULL for a terminal job,
+-- which is left as it is. A cancelled job's dependents are cancelled with it
+-- (§16). Of the notifications it sends only fenceq_done (part 58, where the
+-- queue has notify_done on): each caller says whom else to tell.
+CREATE OR REPLACE FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
+        UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
+         WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
+        PERFORM fenceq._notify_done(ARRAY[(_cancel_locked.job).job_id]);
+        RETURN 'cancelled';
+    END IF;
+    IF (_cancel_locked.job).status = 'claimed' THEN
+        UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        RETURN 'cancel_requested';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._cancel_locked(fenceq._jobs, boolean) IS
+    'Private. Cancel a locked job as cancel does (pending or forced -> cancelled, claimed -> cancel_requested); NULL for a terminal job, left unchanged.';
+
+-- cancel: cancel a job. Pending -> 'cancelled'. Claimed -> 'cancel_requested'
+-- (the worker acknowledges), or 'cancelled' at once with force, which kills
+-- the fence. A terminal job answers with its unchanged status; an unknown job
+-- with NULL. Sends pg_notify('fenceq_control', job_id) for an active job.
+-- Locking: the job row.
+CREATE OR REPLACE FUNCTION fenceq.cancel(job_id text, force boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_answer text;
+BEGIN
+    PERFORM fenceq._check_name(cancel.job_id, 'job_id', max_length => 36);
+    IF cancel.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'force is required');
+    END IF;
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = cancel.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_answer := fenceq._cancel_locked(v_job, cancel.force);
+    IF v_answer IS NULL THEN
+        RETURN v_job.status;
+    END IF;
+    PERFORM pg_notify('fenceq_control', cancel.job_id);
+    RETURN v_answer;
+END
+$$;
+COMMENT ON FUNCTION fenceq.cancel(text, boolean) IS
+    'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+-- Views: read-only windows on the private tables. No view shows a claim
+-- token. Columns are only ever appended (docs/guarantees.md §3).
+CREATE OR REPLACE VIEW fenceq.jobs AS
+SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
+       j.max_attempts, coalesce(j.blocked_run_at, j.run_at) AS run_at, j.expires_at, j.owner_id, j.generation,
+       j.lease_expires_at, j.budget_expires_at, j.cancel_requested, j.pid, j.result,
+       j.last_error, j.submission_id, j.fingerprint, j.active_key, j.dlq_id,
+       j.created_at, j.finished_at, j.concurrency_key, coalesce(j.blocked_by, 0) AS blocked_by,
+       j.progress, j.progress_at
+  FROM fenceq._jobs AS j;
+COMMENT ON VIEW fenceq.jobs IS 'Every job, without claim tokens.';
+
+CREATE OR REPLACE VIEW fenceq.dependencies AS
+SELECT d.job_id, d.depends_on, d.satisfied
+  FROM fenceq._dependencies AS d;
+COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
+
+-- submissions: the retained submission identities (fingerprints stay
+-- private), so that a job is found by its submission id through the
+-- identity's primary key.
+CREATE OR REPLACE VIEW fenceq.submissions AS
+SELECT s.submission_id, s.job_id, s.queue, s.created_at
+  FROM fenceq._submissions AS s;
+COMMENT ON VIEW fenceq.submissions IS 'Retained submission identities: submission_id -> job_id (they outlive purged jobs).';
+
+CREATE OR REPLACE VIEW fenceq.checkpoints AS
+SELECT c.job_id, c.step, c.value, c.generation, c.recorded_at
+  FROM fenceq._checkpoints AS c;
+COMMENT ON VIEW fenceq.checkpoints IS 'Recorded checkpoints: one value per (job, step), with the generation that wrote it.';
+
+CREATE OR REPLACE VIEW fenceq.attempts AS
+SELECT c.job_id, c.generation, c.owner_id, c.claimed_at
+  FROM fenceq._claims AS c;
+COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
+
+-- queue_stats reads pending and claimed jobs through their partial indexes,
+-- never the terminal history.
+CREATE OR REPLACE VIEW fenceq.queue_stats AS
+SELECT q.queue,
+       coalesce(p.pending, 0) AS pending,
+       coalesce(p.due, 0) AS due,
+       coalesce(c.claimed, 0) AS claimed,
+       coalesce(c.cancel_requested, 0) AS cancel_requested,
+       clock_timestamp() - p.oldest_due AS oldest_due_age,
+       q.paused,
+       q.notify,
+       q.max_claimed,
+       q.max_claimed_per_key,
+       coalesce(k.busiest_key, 0) AS busiest_key_claimed,
+       q.rate_limit,
+       q.rate_period,
+       coalesce(r.used, 0) AS rate_used,
+       coalesce(p.blocked, 0) AS blocked
+  FROM fenceq._queues AS q
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS pending,
+               count(*) FILTER (WHERE j.run_at <= clock_timestamp()) AS due,
+               min(j.run_at) FILTER (WHERE j.run_at <= clock_timestamp()) AS oldest_due,
+               count(*) FILTER (WHERE j.blocked_by IS NOT NULL) AS blocked
+          FROM fenceq._jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'pending') AS p ON true
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS claimed,
+               count(*) FILTER (WHERE j.cancel_requested) AS cancel_requested
+          FROM fenceq._jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'claimed') AS c ON true
+  LEFT JOIN LATERAL (
+        SELECT max(k.claimed) AS busiest_key FROM (
+            SELECT count(*) AS claimed FROM fenceq._jobs AS j
+             WHERE j.queue = q.queue AND j.status = 'claimed' AND j.concurrency_key IS NOT NULL
+               AND q.max_claimed_per_key IS NOT NULL
+             GROUP BY j.concurrency_key) AS k) AS k ON true
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS used FROM fenceq._rate_window AS w
+         WHERE w.queue = q.queue AND w.claimed_at > clock_timestamp() - q.rate_period) AS r ON true;
+COMMENT ON VIEW fenceq.queue_stats IS
+    'Per queue: pending, due-now pending, claimed and cancel-requested counts, the age of the oldest due job, the paused and notify flags, and the limits with their usage (busiest key''s claimed count, claims in the current rate window).';
+
+CREATE OR REPLACE VIEW fenceq.dead_letters AS
+SELECT d.dlq_id, d.job_id, d.queue, d.task, d.error, d.attempts, d.failed_at,
+       d.replayed_at, d.discarded_at
+  FROM fenceq._dead_letters AS d;
+COMMENT ON VIEW fenceq.dead_letters IS 'Dead letters; a replayed or discarded letter stays listed.';
+
+-- get_job: one job from fenceq.jobs, or no row.
+CREATE OR REPLACE FUNCTION fenceq.get_job(job_id text)
+RETURNS SETOF fenceq.jobs
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM fenceq._check_name(get_job.job_id, 'job_id', max_length => 36);
+    RETURN QUERY SELECT * FROM fenceq.jobs AS j WHERE j.job_id = get_job.job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.get_job(text) IS 'One job as fenceq.jobs shows it, or no row.';
+
+-- purge: delete terminal jobs finished before now - older_than, oldest first,
+-- at most max_rows, with their checkpoints and claim ledger rows (their
+-- tokens are forgotten). Jobs with a dead letter that is neither replayed nor
+-- discarded are kept; handled dead letters stay listed. Submission
+-- identities outlive the purge unless submissions_older_than is given: then
+-- up to max_rows identities older than that whose jobs are gone are
+-- forgotten too, and replaying such a request creates a new job.
+-- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
+CREATE OR REPLACE FUNCTION fenceq.purge(
+    older_than interval, max_rows integer DEFAULT 10000,
+    submissions_older_than interval DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[];
+    v_cutoff timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
+                                   nullable => false, backwards => true);
+    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than',
+                                   allow_zero => true, backwards => true);
+    IF purge.max_rows IS NULL OR purge.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp() - purge.older_than;
+    SELECT coalesce(array_agg(t.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.finished_at < v_cutoff
+           AND j.status IN ('completed', 'failed', 'cancelled', 'expired')
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dead_letters AS d
+                            WHERE d.job_id = j.job_id
+                              AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
+         ORDER BY j.finished_at
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED) AS t;
+    DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    IF purge.submissions_older_than IS NOT NULL THEN
+        v_cutoff := clock_timestamp() - purge.submissions_older_than;
+        DELETE FROM fenceq._submissions AS s
+         WHERE s.submission_id IN (
+            SELECT o.submission_id FROM fenceq._submissions AS o
+             WHERE o.created_at < v_cutoff
+               AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = o.job_id)
+             LIMIT purge.max_rows);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$$;
+COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
+    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints and ledger rows, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+
+-- replay_dead_letter: put a dead-lettered job back to pending with a fresh
+-- attempt budget; its submission identity and generation history are kept.
+-- Returns the job id; NULL for an unknown or already handled dead letter;
+-- QF202 when another active job now holds the job's active key.
+CREATE OR REPLACE FUNCTION fenceq.replay_dead_letter(dlq_id text)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_letter fenceq._dead_letters;
+    v_active_key text;
+    v_now timestamptz;
+BEGIN
+    IF replay_dead_letter.dlq_id IS NULL OR replay_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    SELECT * INTO v_letter FROM fenceq._dead_letters AS d
+     WHERE d.dlq_id = replay_dead_letter.dlq_id FOR UPDATE;
+    IF NOT FOUND OR v_letter.replayed_at IS NOT NULL OR v_letter.discarded_at IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The replayed job becomes active again: its active key must be free.
+    SELECT j.active_key INTO v_active_key FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id;
+    IF v_active_key IS NOT NULL THEN
+        PERFORM fenceq._lock_identities(fenceq._identity_keys(v_letter.queue, v_active_key, NULL, NULL));
+        IF EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                    WHERE j.queue = v_letter.queue AND j.active_key = v_active_key
+                      AND j.status IN ('pending', 'claimed')) THEN
+            PERFORM fenceq._raise('QF202', 'the active key is held by another active job');
+        END IF;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    UPDATE fenceq._jobs AS j
+       SET status = 'pending', attempts = 0, run_at = v_now, finished_at = NULL,
+           owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
+           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL
+     WHERE j.job_id = v_letter.job_id AND j.status = 'failed';
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET replayed_at = v_now WHERE d.dlq_id = replay_dead_letter.dlq_id;
+    PERFORM fenceq._notify_jobs(v_letter.queue);
+    RETURN v_letter.job_id;
+END
+$$;
+COMMENT ON FUNCTION fenceq.replay_dead_letter(text) IS
+    'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
+
+-- discard_dead_letter: mark a dead letter handled without replaying it.
+-- True once; false for an unknown or already handled letter.
+CREATE OR REPLACE FUNCTION fenceq.discard_dead_letter(dlq_id text)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF discard_dead_letter.dlq_id IS NULL OR discard_dead_letter.dlq_id !~ '^[0-9a-f]{32}$' THEN
+        PERFORM fenceq._raise('QF102', 'dlq_id must be 32 lowercase hex characters');
+    END IF;
+    UPDATE fenceq._dead_letters AS d SET discarded_at = clock_timestamp()
+     WHERE d.dlq_id = discard_dead_letter.dlq_id
+       AND d.replayed_at IS NULL AND d.discarded_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION fenceq.discard_dead_letter(text) IS
+    'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
+
+-- version: the installed schema version.
+CREATE OR REPLACE FUNCTION fenceq.version()
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN '3';
+END
+$$;
+COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';
+
+-- fenceq for PostgreSQL, part 7: verify_schema, the admission check that
+-- migrations run before they finish.
+
+-- verify_schema: one row per check (check_name, ok, detail). Read-only.
+-- The details name schema objects, never data.
+CREATE OR REPLACE FUNCTION fenceq.verify_schema()
+RETURNS TABLE(check_name text, ok boolean, detail text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad text;
+BEGIN
+    check_name := 'server_encoding';
+    ok := current_setting('server_encoding') = 'UTF8';
+    detail := CASE WHEN ok THEN 'UTF8' ELSE 'server_encoding must be UTF8' END;
+    RETURN NEXT;
+
+    -- Every column this version reads or writes, with its exact type.
+    WITH expected(tbl, col, typ, not_null) AS (VALUES
+        ('_queues', 'queue', 'text', true), ('_queues', 'lease', 'interval', true),
+        ('_queues', 'max_attempts', 'integer', true), ('_queues', 'backoff_base', 'interval', true),
+        ('_queues', 'backoff_factor', 'double precision', true), ('_queues', 'backoff_max', 'interval', true),
+        ('_queues', 'dead_letter', 'boolean', true), ('_queues', 'paused', 'boolean', true),
+        ('_queues', 'notify', 'boolean', true), ('_queues', 'created_at', 'timestamp with time zone', true),
+        ('_queues', 'max_claimed', 'integer', false), ('_queues', 'max_claimed_per_key', 'integer', false),
+        ('_queues', 'rate_limit', 'integer', false), ('_queues', 'rate_period', 'interval', false),
+        ('_jobs', 'concurrency_key', 'text', false),
+        ('_jobs', 'blocked_by', 'integer', false),
+        ('_jobs', 'blocked_run_at', 'timestamp with time zone', false),
+        ('_dependencies', 'depends_on', 'text', true), ('_dependencies', 'job_id', 'text', true),
+        ('_dependencies', 'satisfied', 'boolean', true),
+        ('_rate_window', 'queue', 'text', true), ('_rate_window', 'claimed_at', 'timestamp with time zone', true),
+        ('_queues', 'notify_done', 'boolean', true), ('_jobs', 'progress', 'jsonb', false),
+        ('_jobs', 'progress_at', 'timestamp with time zone', false),
+        ('_jobs', 'seq', 'bigint', true), ('_jobs', 'job_id', 'text', true),
+        ('_jobs', 'queue', 'text', true), ('_jobs', 'task', 'text', true),
+        ('_jobs', 'payload', 'jsonb', false), ('_jobs', 'priority', 'integer', true),
+        ('_jobs', 'status', 'text', true), ('_jobs', 'attempts', 'integer', true),
+        ('_jobs', 'max_attempts', 'integer', true), ('_jobs', 'run_at', 'timestamp with time zone', true),
+        ('_jobs', 'expires_at', 'timestamp with time zone', false), ('_jobs', 'owner_id', 'text', false),
+        ('_jobs', 'generation', 'bigint', true), ('_jobs', 'claim_token', 'text', false),
+        ('_jobs', 'lease', 'interval', false), ('_jobs', 'lease_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'budget_expires_at', 'timestamp with time zone', false),
+        ('_jobs', 'cancel_requested', 'boolean', true), ('_jobs', 'pid', 'integer', false),
+        ('_jobs', 'result', 'jsonb', false), ('_jobs', 'last_error', 'text', false),
+        ('_jobs', 'submission_id', 'text', false), ('_jobs', 'fingerprint', 'text', false),
+        ('_jobs', 'active_key', 'text', false), ('_jobs', 'dlq_id', 'text', false),
+        ('_jobs', 'created_at', 'timestamp with time zone', true),
+        ('_jobs', 'finished_at', 'timestamp with time zone', false),
+        ('_submissions', 'submission_id', 'text', true), ('_submissions', 'fingerprint', 'text', true),
+        ('_submissions', 'job_id', 'text', true), ('_submissions', 'queue', 'text', true),
+        ('_submissions', 'created_at', 'timestamp with time zone', true),
+        ('_claims', 'claim_token', 'text', true), ('_claims', 'job_id', 'text', true),
+        ('_claims', 'generation', 'bigint', true), ('_claims', 'owner_id', 'text', true),
+        ('_claims', 'claimed_at', 'timestamp with time zone', true),
+        ('_checkpoints', 'job_id', 'text', true), ('_checkpoints', 'step', 'text', true),
+        ('_checkpoints', 'value', 'jsonb', true), ('_checkpoints', 'generation', 'bigint', true),
+        ('_checkpoints', 'recorded_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'dlq_id', 'text', true), ('_dead_letters', 'job_id', 'text', true),
+        ('_dead_letters', 'queue', 'text', true), ('_dead_letters', 'task', 'text', true),
+        ('_dead_letters', 'error', 'text', false), ('_dead_letters', 'attempts', 'integer', true),
+        ('_dead_letters', 'failed_at', 'timestamp with time zone', true),
+        ('_dead_letters', 'replayed_at', 'timestamp with time zone', false),
+        ('_dead_letters', 'discarded_at', 'timestamp with time zone', false),
+        ('_locks', 'lock', 'text', true), ('_locks', 'owner_id', 'text', false),
+        ('_locks', 'token', 'bigint', true), ('_locks', 'expires_at', 'timestamp with time zone', false),
+        ('_schedules', 'schedule', 'text', true), ('_schedules', 'queue', 'text', true),
+        ('_schedules', 'task', 'text', true), ('_schedules', 'cron', 'text', true),
+        ('_schedules', 'time_zone', 'text', true), ('_schedules', 'payload', 'jsonb', false),
+        ('_schedules', 'priority', 'integer', false), ('_schedules', 'max_attempts', 'integer', false),
+        ('_schedules', 'active_key', 'text', false), ('_schedules', 'paused', 'boolean', true),
+        ('_schedules', 'cron_minutes', 'integer[]', true), ('_schedules', 'cron_hours', 'integer[]', true),
+        ('_schedules', 'cron_days', 'integer[]', true), ('_schedules', 'cron_months', 'integer[]', true),
+        ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
+        ('_schedules', 'next_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_run_at', 'timestamp with time zone', false),
+        ('_schedules', 'last_job_id', 'text', false))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attribute AS a
+        ON a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col
+       AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE a.attname IS NULL
+        OR format_type(a.atttypid, a.atttypmod) <> e.typ
+        OR a.attnotnull <> e.not_null;
+    check_name := 'column_types'; ok := v_bad IS NULL;
+    detail := coalesce('wrong or missing: ' || v_bad, 'all columns as expected');
+    RETURN NEXT;
+
+    -- Every text column is compared exactly: its collation must be
+    -- deterministic (a nondeterministic ICU collation would fold case).
+    SELECT string_agg(c.relname || '.' || a.attname, ', ' ORDER BY c.relname, a.attname) INTO v_bad
+      FROM pg_attribute AS a
+      JOIN pg_class AS c ON c.oid = a.attrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+      JOIN pg_collation AS co ON co.oid = a.attcollation
+     WHERE n.nspname = 'fenceq' AND c.relkind = 'r' AND c.relname LIKE '\_%'
+       AND a.attnum > 0 AND NOT a.attisdropped AND NOT co.collisdeterministic;
+    check_name := 'deterministic_collations'; ok := v_bad IS NULL;
+    detail := coalesce('nondeterministic: ' || v_bad, 'all text columns deterministic');
+    RETURN NEXT;
+
+    -- Identity is arbitrated by exact, full, single-column unique indexes.
+    FOR check_name, v_bad IN VALUES ('claim_token_unique', '_claims.claim_token'),
+                                    ('submission_id_unique', '_submissions.submission_id'),
+                                    ('job_id_unique', '_jobs.job_id')
+    LOOP
+        SELECT count(*) = 1 INTO ok
+          FROM pg_index AS i
+          JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          JOIN pg_collation AS co ON co.oid = i.indcollation[0]
+         WHERE i.indrelid = to_regclass('fenceq.' || split_part(v_bad, '.', 1))
+           AND a.attname = split_part(v_bad, '.', 2)
+           AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indnkeyatts = 1
+           AND i.indpred IS NULL AND i.indexprs IS NULL AND co.collisdeterministic;
+        detail := CASE WHEN ok THEN 'exact unique index on ' || v_bad
+                       ELSE 'needs exactly one full single-column unique index on ' || v_bad END;
+        RETURN NEXT;
+    END LOOP;
+
+    -- At most one active job per (queue, active_key) is arbitrated by this
+    -- exact partial unique index (submit relies on it in ON CONFLICT).
+    SELECT count(*) = 1 INTO ok
+      FROM pg_index AS i
+     WHERE i.indrelid = to_regclass('fenceq._jobs') AND i.indisunique AND i.indisvalid
+       AND i.indnatts = 2 AND i.indexprs IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+              FROM unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+           = ARRAY['queue', 'active_key']
+       AND pg_get_expr(i.indpred, i.indrelid)
+           = '((active_key IS NOT NULL) AND (status = ANY (ARRAY[''pending''::text, ''claimed''::text])))';
+    check_name := 'active_key_unique';
+    detail := CASE WHEN ok THEN 'partial unique index on _jobs (queue, active_key) for active jobs'
+                   ELSE 'needs the partial unique index on _jobs (queue, active_key) WHERE active' END;
+    RETURN NEXT;
+
+    -- The public shapes callers read: the claim type and the views, with
+    -- their columns in contract order (they are only ever appended to).
+    WITH expected(obj, cols) AS (VALUES
+        ('claim', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'attempt', 'max_attempts',
+                        'owner_id', 'generation', 'claim_token', 'lease_expires_at', 'budget_expires_at',
+                        'cancel_requested', 'submission_id', 'checkpoints']),
+        ('jobs', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'status', 'attempts',
+                       'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
+                       'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
+                       'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
+                       'created_at', 'finished_at', 'concurrency_key', 'blocked_by', 'progress', 'progress_at']),
+        ('dependencies', ARRAY['job_id', 'depends_on', 'satisfied']),
+        ('submissions', ARRAY['submission_id', 'job_id', 'queue', 'created_at']),
+        ('checkpoints', ARRAY['job_id', 'step', 'value', 'generation', 'recorded_at']),
+        ('attempts', ARRAY['job_id', 'generation', 'owner_id', 'claimed_at']),
+        ('queue_stats', ARRAY['queue', 'pending', 'due', 'claimed', 'cancel_requested',
+                              'oldest_due_age', 'paused', 'notify', 'max_claimed',
+                              'max_claimed_per_key', 'busiest_key_claimed', 'rate_limit', 'rate_period',
+                              'rate_used', 'blocked']),
+        ('dead_letters', ARRAY['dlq_id', 'job_id', 'queue', 'task', 'error', 'attempts',
+                               'failed_at', 'replayed_at', 'discarded_at']),
+        ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
+        ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
+                            'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
+                            'last_job_id']))
+    SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
+      FROM expected AS e
+     WHERE e.cols IS DISTINCT FROM (
+            SELECT (array_agg(a.attname::text ORDER BY a.attnum))[1:cardinality(e.cols)]
+              FROM pg_class AS c
+              JOIN pg_namespace AS n ON n.oid = c.relnamespace
+              JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+             WHERE n.nspname = 'fenceq' AND c.relname = e.obj AND c.relkind IN ('v', 'c'));
+    check_name := 'public_shapes'; ok := v_bad IS NULL;
+    detail := coalesce('missing or reordered columns: ' || v_bad, 'claim type and views as expected');
+    RETURN NEXT;
+
+    -- No default may manufacture identity or an invalid state.
+    WITH expected(tbl, col, def) AS (VALUES
+        ('_jobs', 'job_id', NULL), ('_jobs', 'owner_id', NULL), ('_jobs', 'claim_token', NULL),
+        ('_jobs', 'submission_id', NULL), ('_jobs', 'fingerprint', NULL), ('_jobs', 'active_key', NULL),
+        ('_jobs', 'dlq_id', NULL), ('_jobs', 'lease_expires_at', NULL), ('_jobs', 'pid', NULL),
+        ('_jobs', 'generation', '0'), ('_jobs', 'attempts', '0'),
+        ('_jobs', 'status', '''pending''::text'), ('_jobs', 'cancel_requested', 'false'),
+        ('_submissions', 'submission_id', NULL), ('_submissions', 'fingerprint', NULL),
+        ('_submissions', 'job_id', NULL), ('_claims', 'claim_token', NULL),
+        ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
+        ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
+        ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL),
+        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
+    SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
+      FROM expected AS e
+      LEFT JOIN pg_attrdef AS d
+        ON d.adrelid = to_regclass('fenceq.' || e.tbl)
+       AND d.adnum = (SELECT a.attnum FROM pg_attribute AS a
+                       WHERE a.attrelid = to_regclass('fenceq.' || e.tbl) AND a.attname = e.col)
+     WHERE pg_get_expr(d.adbin, d.adrelid) IS DISTINCT FROM e.def;
+    check_name := 'defaults'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected default: ' || v_bad, 'no default manufactures identity or state');
+    RETURN NEXT;
+
+    -- Nothing may rewrite what the functions store behind their back.
+    SELECT string_agg(c.relname || '.' || t.tgname, ', ') INTO v_bad
+      FROM pg_trigger AS t
+      JOIN pg_class AS c ON c.oid = t.tgrelid
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'fenceq' AND NOT t.tgisinternal;
+    check_name := 'no_triggers'; ok := v_bad IS NULL;
+    detail := coalesce('unexpected triggers: ' || v_bad, 'no triggers on fenceq tables');
+    RETURN NEXT;
+
+    -- The one exception: the private helpers the planner inlines into their
+    -- caller's statement (see _is_plain_duration), by name. Each must be a
+    -- SQL function with a SQL-standard body (bound at creation, so its
+    -- dependencies are recorded), no SET clause, nothing it depends on
+    -- outside pg_catalog and fenceq, and no role but its owner may run it.
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
+       AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
+                    '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
+                    '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
+                    '_is_plain_time(timestamp with time zone)', '_new_job_id()',
+                    '_fingerprint_of(text, text, text, text, text, integer, timestamp with time zone, '
+                    'timestamp with time zone, integer, text, boolean, text, text[])')
+                AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'sql')
+                AND p.prosqlbody IS NOT NULL AND p.proconfig IS NULL
+                AND NOT EXISTS (
+                    SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+                     WHERE a.grantee <> p.proowner)
+                AND NOT EXISTS (
+                    SELECT 1 FROM pg_depend AS d
+                      LEFT JOIN pg_proc AS dp ON d.refclassid = 'pg_proc'::regclass AND dp.oid = d.refobjid
+                      LEFT JOIN pg_operator AS dop ON d.refclassid = 'pg_operator'::regclass AND dop.oid = d.refobjid
+                      LEFT JOIN pg_type AS dt ON d.refclassid = 'pg_type'::regclass AND dt.oid = d.refobjid
+                     WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                       AND coalesce(dp.pronamespace, dop.oprnamespace, dt.typnamespace)
+                           NOT IN ('pg_catalog'::regnamespace, n.oid)));
+    check_name := 'security_definer'; ok := v_bad IS NULL;
+    detail := coalesce('not SECURITY DEFINER: ' || v_bad,
+                       'every function is SECURITY DEFINER but the inlined private helpers');
+    RETURN NEXT;
+
+    -- Planner settings the functions pin for their own plans (see part 5)
+    -- are allowed beside the search_path, and nothing else.
+    SELECT string_agg(p.proname, ', ' ORDER BY p.proname) INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'fenceq' AND p.prosecdef
+       AND ARRAY(SELECT c.setting FROM unnest(p.proconfig) AS c(setting)
+                  WHERE c.setting NOT IN ('plan_cache_mode=force_generic_plan', 'enable_seqscan=off'))
+           IS DISTINCT FROM ARRAY['search_path=pg_catalog, fenceq, pg_temp'];
+    check_name := 'pinned_search_path'; ok := v_bad IS NULL;
+    detail := coalesce('search_path not pinned: ' || v_bad, 'every function pins search_path');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT p.proname, ', ') INTO v_bad
+      FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+     CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS acl
+     WHERE n.nspname = 'fenceq' AND acl.grantee = 0 AND acl.privilege_type = 'EXECUTE';
+    check_name := 'no_public_execute'; ok := v_bad IS NULL;
+    detail := coalesce('PUBLIC may execute: ' || v_bad, 'PUBLIC has no EXECUTE');
+    RETURN NEXT;
+
+    SELECT string_agg(DISTINCT o.name, ', ') INTO v_bad FROM (
+        SELECT p.proname AS name, p.proowner AS owner
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq'
+        UNION ALL
+        SELECT c.relname, c.relowner
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')) AS o
+      JOIN pg_roles AS r ON r.oid = o.owner
+     WHERE r.rolsuper;
+    check_name := 'owner_not_superuser'; ok := v_bad IS NULL;
+    detail := coalesce('owned by a superuser: ' || v_bad, 'no fenceq object is owned by a superuser');
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION fenceq.verify_schema() IS
+    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
+
+-- fenceq for PostgreSQL, part 9: ownership and privileges.
+--
+-- Everything is owned by the NOLOGIN, non-superuser role fenceq_owner when the
+-- installer may create it, so SECURITY DEFINER functions run with no more
+-- than the queue's own rights. Otherwise the installing role stays owner (the
+-- functions then run with its rights; docs/dba.md says what that means).
+-- PUBLIC gets nothing: grants to the fenceq_* roles are added separately,
+-- without touching any function body.
+DO $$
+DECLARE
+    v_can_create boolean;
+    v_object record;
+BEGIN
+    SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create
+      FROM pg_roles AS r WHERE r.rolname = current_user;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = 'fenceq_owner') THEN
+        IF NOT v_can_create THEN
+            RAISE NOTICE 'fenceq: may not create role fenceq_owner; objects stay owned by %', current_user;
+            RETURN;
+        END IF;
+        BEGIN
+            CREATE ROLE fenceq_owner NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT;
+        EXCEPTION WHEN duplicate_object THEN
+            NULL;  -- created concurrently by an install in another database
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = 'fenceq_owner'
+                AND (r.rolcanlogin OR r.rolsuper)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: role fenceq_owner exists and can log in or is a superuser; refusing to use it';
+    END IF;
+    IF NOT pg_has_role(current_user, 'fenceq_owner', 'MEMBER') THEN
+        IF NOT v_can_create THEN
+            RAISE NOTICE 'fenceq: not a member of fenceq_owner; objects stay owned by %', current_user;
+            RETURN;
+        END IF;
+        EXECUTE format('GRANT fenceq_owner TO %I', current_user);
+    END IF;
+    EXECUTE 'ALTER SCHEMA fenceq OWNER TO fenceq_owner';
+    -- Only what another role owns: ALTER TABLE ... OWNER takes an ACCESS
+    -- EXCLUSIVE lock even when the owner stays the same, and an upgrade
+    -- must not stop the queue for nothing.
+    FOR v_object IN
+        SELECT format('ALTER %s %s OWNER TO fenceq_owner',
+                      CASE c.relkind WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::regclass) AS stmt
+          FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v')
+           AND c.relowner <> 'fenceq_owner'::regrole
+        UNION ALL
+        SELECT format('ALTER FUNCTION %s OWNER TO fenceq_owner', p.oid::regprocedure)
+          FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'fenceq' AND p.proowner <> 'fenceq_owner'::regrole
+        UNION ALL
+        SELECT 'ALTER TYPE fenceq.claim OWNER TO fenceq_owner'
+          FROM pg_type AS t WHERE t.oid = 'fenceq.claim'::regtype AND t.typowner <> 'fenceq_owner'::regrole
+    LOOP
+        EXECUTE v_object.stmt;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
+
+-- Group roles (docs/guarantees.md §10), NOLOGIN; applications log in as their own
+-- roles and are granted one of these. Roles are cluster-wide: membership
+-- grants the same rights in every database of the cluster where fenceq is
+-- installed. An existing role of these names that can log in is refused.
+--   fenceq_producer: submit, submit_batch, get_job, version
+--   fenceq_worker:   the producer's rights, every fenced worker function,
+--                    reap, tick, next_due, and the views
+--                    (and the named locks, docs/guarantees.md §15)
+--   fenceq_admin:    everything (queue settings, cancel, purge, dead
+--                    letters, verify_schema) and the views
+-- Private tables and _helpers are granted to nobody: everything goes
+-- through the SECURITY DEFINER functions.
+DO $$
+DECLARE
+    v_can_create boolean;
+    v_role text;
+    v_function text;
+    v_grants constant jsonb := jsonb_build_object(
+        'fenceq_producer', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version'),
+        'fenceq_worker', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version',
+            'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
+            'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
+            'acknowledge_cancel', 'reap',
+            'tick', 'next_due', 'extend', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock',
+            'progress'));
+BEGIN
+    SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
+    FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = v_role AND (r.rolcanlogin OR r.rolsuper)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'QF901',
+                MESSAGE = format('fenceq: role %s exists and can log in or is a superuser; refusing to use it', v_role);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_roles AS r WHERE r.rolname = v_role) THEN
+            IF NOT v_can_create THEN
+                RAISE NOTICE 'fenceq: may not create role %; grant its rights by hand (docs/dba.md)', v_role;
+                CONTINUE;
+            END IF;
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object THEN
+                NULL;  -- created concurrently by an install in another database
+            END;
+        END IF;
+        EXECUTE format('GRANT USAGE ON SCHEMA fenceq TO %I', v_role);
+        IF v_role = 'fenceq_admin' THEN
+            FOR v_function IN
+                SELECT p.oid::regprocedure::text FROM pg_proc AS p
+                  JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'fenceq' AND p.proname NOT LIKE '\_%'
+            LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
+            END LOOP;
+        ELSE
+            FOR v_function IN
+                SELECT p.oid::regprocedure::text FROM pg_proc AS p
+                  JOIN pg_namespace AS n ON n.oid = p.pronamespace
+                 WHERE n.nspname = 'fenceq'
+                   AND p.proname IN (SELECT jsonb_array_elements_text(v_grants -> v_role))
+            LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_role);
+            END LOOP;
+        END IF;
+        IF v_role <> 'fenceq_producer' THEN  -- every view: they show no claim token
+            FOR v_function IN
+                SELECT c.oid::regclass::text FROM pg_class AS c
+                  JOIN pg_namespace AS n ON n.oid = c.relnamespace
+                 WHERE n.nspname = 'fenceq' AND c.relkind = 'v'
+            LOOP
+                EXECUTE format('GRANT SELECT ON %s TO %I', v_function, v_role);
+            END LOOP;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Admission: an install or migration refuses to finish on a schema that
+-- fails any verify_schema check (docs/guarantees.md §3).
+DO $$
+DECLARE
+    v_failed text;
+BEGIN
+    SELECT string_agg(v.check_name, ', ') INTO v_failed FROM fenceq.verify_schema() AS v WHERE NOT v.ok;
+    IF v_failed IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'QF901',
+            MESSAGE = 'fenceq: the schema fails verify_schema checks: ' || v_failed;
+    END IF;
+END
+$$;
+
+-- The installer's own search_path again (see part 1), for whatever its
+-- transaction runs next (the migration bookkeeping, for one).
+SELECT set_config('search_path', current_setting('fenceq.installer_search_path'), true);
