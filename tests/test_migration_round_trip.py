@@ -9,13 +9,13 @@ from fenceq.migrate import migrate, rollback
 
 
 def test_up_down_up_round_trip(db):
-    assert rollback(db.url) == ["0003_fenceq_v3", "0002_fenceq_v2", "0001_fenceq_v1"]
+    assert rollback(db.url) == ["0004_fenceq_v4", "0003_fenceq_v3", "0002_fenceq_v2", "0001_fenceq_v1"]
     with pytest.raises(FenceqError):
         with db.connect() as client:
             client.create_queue("gone")
     assert all(check.ok for check in migrate(db.url))
     with db.connect() as client:
-        assert client.version() == "3"
+        assert client.version() == "4"
         client.create_queue("q")
 
 

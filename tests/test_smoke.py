@@ -13,4 +13,4 @@ def test_submit_claim_complete_round_trip(client, queue):
 
 def test_schema_verifies(client):
     assert all(check.ok for check in client.verify_schema())
-    assert client.version() == "3"
+    assert client.version() == "4"

@@ -34,6 +34,14 @@ def thumbnail(ctx):
     return {"thumbnail": f"{ctx.payload['image']}.thumb.jpg", "by": ctx.owner_id}
 
 
+@app.task("stage")
+def stage(ctx):
+    """One stage of a small graph: it runs only after the stages it depends on completed."""
+    note(ctx, "stage_started", stage=ctx.payload["stage"])
+    time.sleep(0.2)
+    return {"stage": ctx.payload["stage"], "by": ctx.owner_id}
+
+
 @app.task("report")
 def report(ctx):
     """Three checkpointed steps: a step recorded by an earlier claim is not run again."""

@@ -1,6 +1,7 @@
 """`fenceq demo`: a guided tour of fences at work, with real worker processes.
 
-It declares a queue, submits a batch, runs two `fenceq worker` processes,
+It declares a queue, submits a batch and a small graph of jobs that wait
+for each other, runs two `fenceq worker` processes,
 kills one in the middle of a job (its lease lapses; the other takes the job
 over at a higher generation and skips the step already checkpointed),
 freezes another past its lease (when it wakes, its writes are refused),
@@ -185,7 +186,7 @@ class Demo:
         kind = "embedded SQLite, no server" if backend_of(self.url) == "sqlite" else "PostgreSQL"
         s.say("fenceq demo: fenced, owned jobs in the database")
         s.say(f"database: {self._shown_url()} ({kind})")
-        steps = [self.step_setup, self.step_batch, self.step_crash, self.step_freeze,
+        steps = [self.step_setup, self.step_batch, self.step_graph, self.step_crash, self.step_freeze,
                  self.step_duplicate, self.step_cancel, self.step_dead_letter, self.step_shutdown]
         for step in steps:
             try:
@@ -239,6 +240,36 @@ class Demo:
             by[job.owner_id] = by.get(job.owner_id, 0) + 1
         s.at("all 8 completed: " + ", ".join(f"{k} did {v}" for k, v in sorted(by.items())))
         s.check("batch", True, f"8 jobs completed ({', '.join(f'{k}: {v}' for k, v in sorted(by.items()))})")
+
+    def step_graph(self) -> None:
+        s = self.story
+        s.step("A small graph: fetch, then resize and caption side by side, then publish")
+        ids = {name: f"{name}-{self.run_id}" for name in ("fetch", "resize", "caption", "publish")}
+        graph = [{"task": "stage", "payload": self.payload(stage=name), "job_id": ids[name],
+                  "submission_id": self.sid(f"graph-{name}"), "depends_on": [ids[d] for d in deps]}
+                 for name, deps in (("publish", ("resize", "caption")), ("resize", ("fetch",)),
+                                    ("caption", ("fetch",)), ("fetch", ()))]
+        submitted = self.client.submit_batch(self.queue, graph)
+        self.job_ids += submitted
+        waiting = {name: self.client.get_job(job_id).blocked_by for name, job_id in ids.items()}
+        s.at("submit_batch with depends_on -> waiting on: "
+             + ", ".join(f"{name} {n}" for name, n in waiting.items()))
+        def graph_done() -> dict | None:
+            jobs = {name: self.client.get_job(job_id) for name, job_id in ids.items()}
+            return jobs if all(j.status == "completed" for j in jobs.values()) else None
+
+        done = _wait(graph_done, 20, "the graph to complete")
+        started = {name: self.client.attempts(job_id)[0].claimed_at for name, job_id in ids.items()}
+        order = sorted(ids, key=lambda name: started[name])
+        s.at("claimed in the order " + " -> ".join(order) + " ("
+             + ", ".join(f"{name} by {done[name].owner_id}" for name in order) + ")")
+        in_order = (started["resize"] >= done["fetch"].finished_at and started["caption"] >= done["fetch"].finished_at
+                    and started["publish"] >= max(done["resize"].finished_at, done["caption"].finished_at))
+        replayed = self.client.submit_batch(self.queue, graph) == submitted
+        s.at("the same graph again under its submission ids -> the same job ids, nothing new")
+        ok = in_order and replayed and waiting == {"fetch": 0, "resize": 1, "caption": 1, "publish": 2}
+        s.check("graph in order", ok, "each stage was claimed only after the stages it waits on completed; "
+                "the replayed graph answered with the same ids")
 
     def step_crash(self) -> None:
         s = self.story

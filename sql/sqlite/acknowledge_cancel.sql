@@ -2,8 +2,8 @@
 -- Generated from templates/acknowledge_cancel.sql by scripts/gen-sqlite: edit the template.
 --
 -- Needs the live fence and a pending cancel request: the job becomes
--- cancelled, its lease and pid are cleared and its active key freed. False
--- otherwise.
+-- cancelled, its lease and pid are cleared and its active key freed, and
+-- every job that depends on it is cancelled too. False otherwise.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT.
@@ -39,6 +39,25 @@ UPDATE fenceq__jobs
   FROM temp.fenceq_fence AS f
  WHERE fenceq__jobs.seq = f.seq AND f.live AND f.cancel_requested
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- A cancelled job takes its dependents with it.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  SELECT j.job_id FROM temp.fenceq_fence AS f JOIN fenceq__jobs AS j ON j.seq = f.seq
+                   WHERE f.live AND f.cancel_requested)
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT f.live AND f.cancel_requested FROM temp.fenceq_fence AS f) END AS value

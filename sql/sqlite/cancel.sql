@@ -43,6 +43,24 @@ UPDATE fenceq__jobs SET cancel_requested = 1
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  SELECT j.job_id FROM temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+                   WHERE c.answer = 'cancelled')
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT c.answer FROM temp.fenceq_cancel AS c) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -10,9 +10,13 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Two statements, no scratch table: the write is guarded by the checks
--- (all of them functions of the parameters), and the answer repeats them
--- and reads changes() of the write.
+-- The write is guarded by the checks (all of them functions of the
+-- parameters); a scratch row per connection (temp.fenceq_complete_call)
+-- keeps changes() of the write for the answer, which repeats the checks.
+-- Between them the job's dependents are counted off (no statement of
+-- theirs writes a row for a job without dependents).
+CREATE TEMP TABLE IF NOT EXISTS fenceq_complete_call (
+    id INTEGER PRIMARY KEY CHECK (id = 1), changed INTEGER NOT NULL);
 -- The decision and the write: the clock is read once, inside this
 -- statement, after BEGIN IMMEDIATE took the write lock.
 UPDATE fenceq__jobs
@@ -32,10 +36,36 @@ UPDATE fenceq__jobs
         OR (typeof(:result) = 'text' AND json_valid(:result)
             AND instr(replace(:result, '\\', ''), '\u0000') = 0))
    AND (:result IS NULL OR length(CAST(:result AS BLOB)) <= 1048576);
+INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
+UPDATE fenceq__jobs
+   SET blocked_by = nullif(fenceq__jobs.blocked_by - c.n, 0),
+       run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
+                     THEN max(fenceq__jobs.blocked_run_at, c.now) ELSE fenceq__jobs.run_at END,
+       blocked_run_at = CASE WHEN fenceq__jobs.blocked_by = c.n THEN NULL
+                             ELSE fenceq__jobs.blocked_run_at END
+  FROM (SELECT d.job_id, count(*) AS n,
+               (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now
+          FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+         WHERE NOT d.satisfied AND f.status = 'completed'
+           AND d.depends_on IN (
+               :job_id)
+         GROUP BY d.job_id) AS c
+ WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
+   AND fenceq__jobs.blocked_by IS NOT NULL
+   AND 1;
+UPDATE fenceq__dependencies SET satisfied = 1
+ WHERE NOT satisfied
+   AND depends_on IN (
+       SELECT f.job_id FROM fenceq__jobs AS f
+        WHERE f.status = 'completed'
+          AND f.job_id IN (
+              :job_id))
+   AND 1;
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
 SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,
-       CASE WHEN e.error IS NULL THEN changes() > 0 END AS value
+       CASE WHEN e.error IS NULL
+            THEN (SELECT c.changed > 0 FROM temp.fenceq_complete_call AS c) END AS value
   FROM (SELECT CASE
         WHEN NOT ((typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36
                    AND instr(CAST(:job_id AS BLOB), x'00') = 0)

@@ -129,6 +129,33 @@ UPDATE fenceq__jobs
    SET status = 'completed', result = b.result, finished_at = b.now
   FROM temp.fenceq_complete_batch AS b
  WHERE fenceq__jobs.seq = b.seq AND b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- The completed jobs' dependents are counted off.
+UPDATE fenceq__jobs
+   SET blocked_by = nullif(fenceq__jobs.blocked_by - c.n, 0),
+       run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
+                     THEN max(fenceq__jobs.blocked_run_at, c.now) ELSE fenceq__jobs.run_at END,
+       blocked_run_at = CASE WHEN fenceq__jobs.blocked_by = c.n THEN NULL
+                             ELSE fenceq__jobs.blocked_run_at END
+  FROM (SELECT d.job_id, count(*) AS n,
+               (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now
+          FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+         WHERE NOT d.satisfied AND f.status = 'completed'
+           AND d.depends_on IN (
+               SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+                WHERE b.answer)
+         GROUP BY d.job_id) AS c
+ WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
+   AND fenceq__jobs.blocked_by IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+UPDATE fenceq__dependencies SET satisfied = 1
+ WHERE NOT satisfied
+   AND depends_on IN (
+       SELECT f.job_id FROM fenceq__jobs AS f
+        WHERE f.status = 'completed'
+          AND f.job_id IN (
+              SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+               WHERE b.answer))
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT '[' || coalesce(group_concat(CASE WHEN b.answer THEN 'true' ELSE 'false' END, ','), '') || ']'

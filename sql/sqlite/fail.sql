@@ -103,6 +103,25 @@ INSERT INTO fenceq__dead_letters (dlq_id, job_id, queue, task, error, attempts, 
 SELECT r.dlq_id, j.job_id, j.queue, j.task, j.last_error, j.attempts, r.now
   FROM temp.fenceq_retry AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
  WHERE r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- A job that failed for good takes its dependents with it.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  SELECT j.job_id FROM temp.fenceq_retry AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+                   WHERE NOT r.requeue)
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN EXISTS (SELECT 1 FROM temp.fenceq_retry) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

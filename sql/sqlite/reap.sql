@@ -4,7 +4,8 @@
 -- Oldest first, at most max_rows in all. Expired claims: cancel-requested
 -- -> cancelled; attempts left -> pending (error 'lease_expired', with
 -- backoff); none left -> failed (+ dead letter when the queue keeps them).
--- Overdue pending jobs -> expired. Always one row of counts.
+-- Overdue pending jobs -> expired. The dependents of a job that failed, was
+-- cancelled or expired are cancelled (not counted). Always one row of counts.
 --
 -- Parameters: :max_rows INTEGER or NULL (1000).
 -- Result: one row (sqlstate, message, detail, requeued, failed, cancelled,
@@ -81,6 +82,25 @@ SELECT r.dlq_id, j.job_id, j.queue, j.task, j.last_error, j.attempts, r.now
 UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
   FROM temp.fenceq_reap AS r
  WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Jobs that failed, were cancelled or expired take their dependents with them.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  SELECT j.job_id FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+                   WHERE r.outcome <> 'requeued')
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'requeued') END AS requeued,

@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 3.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 4.
 -- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
@@ -76,7 +76,14 @@ CREATE TABLE IF NOT EXISTS fenceq__jobs (
     -- Added in version 3 (an upgrade appends them with ALTER TABLE):
     concurrency_key   TEXT,
     progress          TEXT,
-    progress_at       INTEGER
+    progress_at       INTEGER,
+    -- Added in version 4: a job waiting on dependencies (docs/guarantees.md
+    -- §16) is pending with blocked_by > 0 (its dependencies not completed
+    -- yet) and run_at 253402300800000000 (year 10000: after every time a
+    -- job may ask for), so claims pass over it as over a job due later; the
+    -- run_at it asked for waits in blocked_run_at.
+    blocked_by        INTEGER CHECK (blocked_by > 0),
+    blocked_run_at    INTEGER
 ) STRICT;
 
 -- Claim path: one ordered scan per queue (claim_next merges the heads).
@@ -152,9 +159,14 @@ CREATE INDEX IF NOT EXISTS fenceq__dead_letters_job_idx ON fenceq__dead_letters 
 CREATE VIEW IF NOT EXISTS fenceq_jobs AS
 SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
        j.max_attempts,
-       strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
-                'unixepoch')
-       || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000) AS run_at,
+       -- the run_at it asked for, also while it waits on dependencies
+       CASE WHEN j.blocked_run_at IS NULL
+            THEN strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                          'unixepoch')
+                 || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000)
+            ELSE strftime('%Y-%m-%dT%H:%M:%S', j.blocked_run_at / 1000000 - (j.blocked_run_at % 1000000 < 0),
+                          'unixepoch')
+                 || printf('.%06dZ', (j.blocked_run_at % 1000000 + 1000000) % 1000000) END AS run_at,
        strftime('%Y-%m-%dT%H:%M:%S', j.expires_at / 1000000 - (j.expires_at % 1000000 < 0),
                 'unixepoch')
        || printf('.%06dZ', (j.expires_at % 1000000 + 1000000) % 1000000) AS expires_at,
@@ -174,7 +186,7 @@ SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts,
                 'unixepoch')
        || printf('.%06dZ', (j.finished_at % 1000000 + 1000000) % 1000000) AS finished_at,
        j.concurrency_key,
-       0 AS blocked_by,  -- differs from PostgreSQL: no dependencies on SQLite yet
+       coalesce(j.blocked_by, 0) AS blocked_by,
        j.progress,
        strftime('%Y-%m-%dT%H:%M:%S', j.progress_at / 1000000 - (j.progress_at % 1000000 < 0),
                 'unixepoch')
@@ -222,7 +234,8 @@ SELECT q.queue,
        q.rate_period,
        (SELECT count(*) FROM fenceq__rate_window AS w
          WHERE w.queue = q.queue AND w.claimed_at > n.now - q.rate_period) AS rate_used,
-       0 AS blocked  -- differs from PostgreSQL: no dependencies on SQLite yet
+       (SELECT count(*) FROM fenceq__jobs AS j
+         WHERE j.queue = q.queue AND j.status = 'pending' AND j.blocked_by IS NOT NULL) AS blocked
   FROM fenceq__queues AS q,
        (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS n;
 
@@ -304,5 +317,21 @@ SELECT s.schedule, s.queue, s.task, s.cron, s.time_zone, s.payload, s.priority, 
        s.last_job_id
   FROM fenceq__schedules AS s;
 
+-- Dependencies (docs/guarantees.md §16): job_id may be claimed once
+-- depends_on completed (satisfied). Written by submit and submit_batch;
+-- complete and complete_batch satisfy the edges of a completed job; the
+-- files that end a job otherwise cancel its dependents.
+CREATE TABLE IF NOT EXISTS fenceq__dependencies (
+    depends_on TEXT NOT NULL,
+    job_id     TEXT NOT NULL,
+    satisfied  INTEGER NOT NULL,
+    PRIMARY KEY (depends_on, job_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fenceq__dependencies_job_idx ON fenceq__dependencies (job_id);
+
+CREATE VIEW IF NOT EXISTS fenceq_dependencies AS
+SELECT d.job_id, d.depends_on, d.satisfied
+  FROM fenceq__dependencies AS d;
+
 -- The schema version, read by version.sql.
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;

@@ -6,14 +6,18 @@
 -- elements were submitted one after another: a submission id repeated in
 -- the batch with the same request answers with the same job id (with a
 -- different one QF201); a repeated active key raises QF202 unless forced
--- (then the earlier element's job is inserted cancelled). Job ids come back
+-- (then the earlier element's job is inserted cancelled). An element may
+-- depend on jobs and on other elements (by their explicit job_id, in any
+-- order); a cycle among the elements raises QF100 with the index of the
+-- first element on or behind it. Job ids come back
 -- in input order. A failure names the element's index, from 0, in detail
 -- ('request index N'), never its content. Unknown keys raise QF100.
 --
 -- Parameters: :queue TEXT; :requests JSON array of objects with the keys
 -- task, payload (any JSON value), submission_id, job_id, priority,
 -- run_at, expires_at (ISO 8601 text with an offset), max_attempts,
--- active_key, force (JSON boolean), and fingerprint (see below).
+-- active_key, concurrency_key, force (JSON boolean), depends_on (JSON array
+-- of job ids), and fingerprint (see below).
 -- Result: one row (sqlstate, message, detail, value JSON array of job ids).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
@@ -46,11 +50,17 @@ SELECT sqlstate, message FROM (
 CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_batch (
     i INTEGER PRIMARY KEY, kind TEXT NOT NULL, raw TEXT NOT NULL,
     task, payload, submission_id, job_id, priority, run_at_text, expires_at_text, max_attempts,
-    active_key, force, fingerprint, concurrency_key,
+    active_key, force, fingerprint, concurrency_key, depends_on,
     run_at INTEGER, expires_at INTEGER, run_at_ok INTEGER, expires_at_ok INTEGER,
     db_fingerprint TEXT, db_job_id TEXT, first_i INTEGER, fresh INTEGER,
-    new_job_id TEXT, cancelled INTEGER, now INTEGER NOT NULL);
+    new_job_id TEXT, cancelled INTEGER, blocked_by INTEGER, dependency_failed INTEGER,
+    now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_submit_batch;
+-- Each element's dependencies, once each (string ids only: others are refused).
+CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_batch_deps (
+    i INTEGER NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (i, depends_on)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS temp.fenceq_submit_batch_deps_on_idx ON fenceq_submit_batch_deps (depends_on);
+DELETE FROM temp.fenceq_submit_batch_deps;
 WITH clock(now) AS MATERIALIZED (
          SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
      elements AS (SELECT r.key AS i, r.type AS kind,
@@ -59,7 +69,8 @@ WITH clock(now) AS MATERIALIZED (
                                         THEN CASE WHEN json_type(:requests) = 'array'
                                                   THEN :requests END END) AS r)
 INSERT INTO temp.fenceq_submit_batch (i, kind, raw, task, payload, submission_id, job_id, priority,
-    run_at_text, expires_at_text, max_attempts, active_key, force, fingerprint, concurrency_key, now)
+    run_at_text, expires_at_text, max_attempts, active_key, force, fingerprint, concurrency_key, depends_on,
+    now)
 SELECT e.i, e.kind, e.raw,
        iif(json_type(e.raw, '$.task') = 'text', json_extract(e.raw, '$.task'), NULL),
        nullif(e.raw -> '$.payload', 'null'),
@@ -74,6 +85,7 @@ SELECT e.i, e.kind, e.raw,
        CASE json_type(e.raw, '$.force') WHEN 'true' THEN 1 WHEN 'false' THEN 0 END,
        iif(json_type(e.raw, '$.fingerprint') = 'text', json_extract(e.raw, '$.fingerprint'), NULL),
        iif(json_type(e.raw, '$.concurrency_key') = 'text', json_extract(e.raw, '$.concurrency_key'), NULL),
+       iif(json_type(e.raw, '$.depends_on') = 'array', e.raw -> '$.depends_on', NULL),
        clock.now
   FROM elements AS e JOIN clock
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
@@ -142,6 +154,40 @@ UPDATE temp.fenceq_submit_batch
        first_i = (SELECT min(b.i) FROM temp.fenceq_submit_batch AS b
                    WHERE b.submission_id = fenceq_submit_batch.submission_id);
 UPDATE temp.fenceq_submit_batch SET fresh = db_job_id IS NULL AND (first_i IS NULL OR first_i = i);
+INSERT OR IGNORE INTO temp.fenceq_submit_batch_deps (i, depends_on)
+SELECT b.i, d.value
+  FROM temp.fenceq_submit_batch AS b, json_each(b.depends_on) AS d
+ WHERE d.type = 'text';
+-- A cycle among the elements (or a chain among them deeper than the
+-- bound) is refused before any element is judged, as PostgreSQL does:
+-- level k holds the elements from which a path of k edges leads through
+-- the batch; what reaches level 18 lies on a cycle, behind one, or too deep.
+WITH RECURSIVE
+     edges(f, t) AS (
+        SELECT d.i, e.i
+          FROM temp.fenceq_submit_batch_deps AS d
+          JOIN temp.fenceq_submit_batch AS e ON e.job_id = d.depends_on AND e.kind = 'object' AND e.i <> d.i),
+     levels(k, node) AS (
+        SELECT DISTINCT 1, f FROM edges
+        UNION
+        SELECT l.k + 1, e.f FROM levels AS l JOIN edges AS e ON e.t = l.node WHERE l.k < 18)
+INSERT INTO temp.fenceq_error (sqlstate, message, detail)
+SELECT 'QF100', 'fenceq: the batch''s dependencies form a cycle or a chain deeper than 16',
+       'request index ' || min(l.node)
+  FROM levels AS l
+ WHERE l.k = 18 AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+HAVING count(*) > 0;
+-- What each fresh element's dependencies say: how many have not completed
+-- (an element of the batch has not), and whether one failed, was cancelled
+-- or expired.
+UPDATE temp.fenceq_submit_batch AS b
+   SET blocked_by = (SELECT count(*) FROM temp.fenceq_submit_batch_deps AS d
+                       LEFT JOIN fenceq__jobs AS j ON j.job_id = d.depends_on
+                      WHERE d.i = b.i AND coalesce(j.status IN ('pending', 'claimed'), 1)),
+       dependency_failed = EXISTS (SELECT 1 FROM temp.fenceq_submit_batch_deps AS d
+                                     JOIN fenceq__jobs AS j ON j.job_id = d.depends_on
+                                    WHERE d.i = b.i AND j.status IN ('failed', 'cancelled', 'expired'))
+ WHERE b.fresh AND b.depends_on IS NOT NULL;
 -- The first failing element, and its first failing check, in the order
 -- PostgreSQL checks them.
 INSERT INTO temp.fenceq_error (sqlstate, message, detail)
@@ -153,7 +199,7 @@ SELECT sqlstate, message, 'request index ' || i FROM (
      WHERE EXISTS (SELECT 1 FROM json_each(b.raw) AS k
                     WHERE k.key NOT IN ('task', 'payload', 'submission_id', 'job_id', 'priority', 'run_at',
                                         'expires_at', 'max_attempts', 'active_key', 'force', 'fingerprint',
-                                        'concurrency_key'))
+                                        'concurrency_key', 'depends_on'))
     UNION ALL SELECT i, 3, 'QF102', 'fenceq: task must be a string'
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.task'), 'null') NOT IN ('text', 'null')
     UNION ALL SELECT i, 4, 'QF102', 'fenceq: submission_id must be a string'
@@ -183,6 +229,12 @@ SELECT sqlstate, message, 'request index ' || i FROM (
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.active_key'), 'null') NOT IN ('text', 'null')
     UNION ALL SELECT i, 11, 'QF100', 'fenceq: force must be a boolean'
       FROM temp.fenceq_submit_batch WHERE coalesce(json_type(raw, '$.force'), 'null') NOT IN ('true', 'false', 'null')
+    UNION ALL SELECT i, 11.1, 'QF100', 'fenceq: depends_on must be a JSON array'
+      FROM temp.fenceq_submit_batch
+     WHERE coalesce(json_type(raw, '$.depends_on'), 'null') NOT IN ('array', 'null')
+    UNION ALL SELECT i, 11.2, 'QF102', 'fenceq: depends_on must hold strings'
+      FROM temp.fenceq_submit_batch AS b
+     WHERE EXISTS (SELECT 1 FROM json_each(b.depends_on) AS d WHERE d.type <> 'text')
     UNION ALL SELECT i, 12, 'QF102', 'fenceq: task must be 1 to 255 characters'
       FROM temp.fenceq_submit_batch WHERE NOT (typeof(task) = 'text' AND length(task) BETWEEN 1 AND 255
                                                AND instr(CAST(task AS BLOB), x'00') = 0)
@@ -213,6 +265,17 @@ SELECT sqlstate, message, 'request index ' || i FROM (
                                                    AND instr(replace(payload, '\\', ''), '\u0000') = 0))
     UNION ALL SELECT i, 18, 'QF103', 'fenceq: payload exceeds 1 MiB in canonical form'
       FROM temp.fenceq_submit_batch WHERE NOT (payload IS NULL OR length(CAST(payload AS BLOB)) <= 1048576)
+    UNION ALL SELECT b.i, 18.1, 'QF102', 'fenceq: depends_on must hold job ids of 1 to 36 characters'
+      FROM temp.fenceq_submit_batch AS b
+     WHERE EXISTS (SELECT 1 FROM temp.fenceq_submit_batch_deps AS d
+                    WHERE d.i = b.i AND NOT (typeof(d.depends_on) = 'text' AND length(d.depends_on) BETWEEN 1 AND 36
+                                             AND instr(CAST(d.depends_on AS BLOB), x'00') = 0))
+    UNION ALL SELECT b.i, 18.2, 'QF100', 'fenceq: a job may depend on at most 100 jobs'
+      FROM temp.fenceq_submit_batch AS b
+     WHERE (SELECT count(*) FROM temp.fenceq_submit_batch_deps AS d WHERE d.i = b.i) > 100
+    UNION ALL SELECT b.i, 18.3, 'QF100', 'fenceq: a job cannot depend on itself'
+      FROM temp.fenceq_submit_batch AS b
+     WHERE EXISTS (SELECT 1 FROM temp.fenceq_submit_batch_deps AS d WHERE d.i = b.i AND d.depends_on = b.job_id)
     UNION ALL SELECT i, 19, 'QF100', 'fenceq: fingerprint must be fq1: and 64 lowercase hex digits'
       FROM temp.fenceq_submit_batch
      WHERE submission_id IS NOT NULL
@@ -230,13 +293,48 @@ SELECT sqlstate, message, 'request index ' || i FROM (
             OR EXISTS (SELECT 1 FROM fenceq__submissions AS s WHERE s.job_id = b.job_id)
             OR EXISTS (SELECT 1 FROM temp.fenceq_submit_batch AS e
                         WHERE e.i < b.i AND e.fresh AND e.job_id = b.job_id))
+    UNION ALL SELECT b.i, 21.1, 'QF100', 'fenceq: a dependency names no job'
+      FROM temp.fenceq_submit_batch AS b
+     WHERE b.fresh
+       AND EXISTS (SELECT 1 FROM temp.fenceq_submit_batch_deps AS d
+                    WHERE d.i = b.i
+                      AND NOT EXISTS (SELECT 1 FROM fenceq__jobs AS j WHERE j.job_id = d.depends_on)
+                      AND NOT EXISTS (SELECT 1 FROM temp.fenceq_submit_batch AS e
+                                       WHERE e.kind = 'object' AND e.job_id = d.depends_on))
+    UNION ALL SELECT b.i, 21.2, 'QF100', 'fenceq: a job may have at most 1000 dependents'
+      FROM temp.fenceq_submit_batch AS b
+     WHERE b.fresh
+       AND EXISTS (SELECT 1 FROM temp.fenceq_submit_batch_deps AS d
+                    WHERE d.i = b.i
+                      AND (SELECT count(*) FROM fenceq__dependencies AS x WHERE x.depends_on = d.depends_on)
+                          + (SELECT count(*) FROM temp.fenceq_submit_batch_deps AS y
+                               JOIN temp.fenceq_submit_batch AS e ON e.i = y.i
+                              WHERE y.depends_on = d.depends_on AND y.i < b.i AND e.fresh) >= 1000)
+    UNION ALL SELECT u.start, 21.3, 'QF100', 'fenceq: dependency chains may be at most 16 deep'
+      FROM (WITH RECURSIVE up(start, job_id, depth) AS (
+                SELECT d.i, d.depends_on, 1
+                  FROM temp.fenceq_submit_batch_deps AS d JOIN temp.fenceq_submit_batch AS b ON b.i = d.i
+                 WHERE b.fresh
+                UNION
+                SELECT u.start, e.depends_on, u.depth + 1
+                  FROM up AS u JOIN fenceq__dependencies AS e ON e.job_id = u.job_id
+                 WHERE u.depth <= 16
+                UNION
+                SELECT u.start, y.depends_on, u.depth + 1
+                  FROM up AS u
+                  JOIN temp.fenceq_submit_batch AS x ON x.job_id = u.job_id AND x.fresh AND x.i < u.start
+                  JOIN temp.fenceq_submit_batch_deps AS y ON y.i = x.i
+                 WHERE u.depth <= 16)
+            SELECT DISTINCT up.start FROM up WHERE up.depth > 16) AS u
     UNION ALL SELECT b.i, 22, 'QF202', 'fenceq: the active key is held by another active job'
       FROM temp.fenceq_submit_batch AS b
      WHERE b.fresh AND b.active_key IS NOT NULL AND NOT coalesce(b.force, 0)
+       AND NOT coalesce(b.dependency_failed, 0)
        AND (EXISTS (SELECT 1 FROM fenceq__jobs AS j
                      WHERE j.queue = :queue AND j.active_key = b.active_key AND j.status IN ('pending', 'claimed'))
             OR EXISTS (SELECT 1 FROM temp.fenceq_submit_batch AS e
-                        WHERE e.i < b.i AND e.fresh AND e.active_key = b.active_key))
+                        WHERE e.i < b.i AND e.fresh AND e.active_key = b.active_key
+                          AND NOT coalesce(e.dependency_failed, 0)))
 ) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY i, rank LIMIT 1;
 -- New job ids: random hex first, then shaped as version 4 UUIDs.
@@ -249,11 +347,13 @@ UPDATE temp.fenceq_submit_batch
                     || '-' || substr(new_job_id, 21, 12)
  WHERE fresh AND job_id IS NULL;
 -- A fresh job whose active key a later (forced) element takes over is
--- inserted already cancelled.
+-- inserted already cancelled; so is one whose dependency already failed,
+-- was cancelled or expired (and it holds no active key).
 UPDATE temp.fenceq_submit_batch AS b
-   SET cancelled = b.active_key IS NOT NULL
+   SET cancelled = b.active_key IS NOT NULL AND NOT coalesce(b.dependency_failed, 0)
                    AND EXISTS (SELECT 1 FROM temp.fenceq_submit_batch AS l
-                                WHERE l.i > b.i AND l.fresh AND l.active_key = b.active_key)
+                                WHERE l.i > b.i AND l.fresh AND l.active_key = b.active_key
+                                  AND NOT coalesce(l.dependency_failed, 0))
  WHERE b.fresh;
 INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, created_at)
 SELECT submission_id, fingerprint, new_job_id, :queue, now
@@ -264,17 +364,56 @@ SELECT submission_id, fingerprint, new_job_id, :queue, now
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
  WHERE queue = :queue AND status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-   AND active_key IN (SELECT b.active_key FROM temp.fenceq_submit_batch AS b WHERE b.fresh);
+   AND active_key IN (SELECT b.active_key FROM temp.fenceq_submit_batch AS b
+                       WHERE b.fresh AND NOT coalesce(b.dependency_failed, 0));
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, status, max_attempts, run_at, expires_at,
-                          submission_id, fingerprint, active_key, created_at, finished_at, concurrency_key)
+                          submission_id, fingerprint, active_key, created_at, finished_at, concurrency_key,
+                          blocked_by, blocked_run_at, last_error)
 SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTEGER), 0),
-       CASE WHEN b.cancelled THEN 'cancelled' ELSE 'pending' END,
-       coalesce(CAST(b.max_attempts AS INTEGER), q.max_attempts), coalesce(b.run_at, b.now), b.expires_at,
-       b.submission_id, CASE WHEN b.submission_id IS NOT NULL THEN b.fingerprint END, b.active_key, b.now,
-       CASE WHEN b.cancelled THEN b.now END, b.concurrency_key
+       CASE WHEN b.cancelled OR b.dependency_failed THEN 'cancelled' ELSE 'pending' END,
+       coalesce(CAST(b.max_attempts AS INTEGER), q.max_attempts),
+       CASE WHEN b.blocked_by > 0 AND NOT b.dependency_failed THEN 253402300800000000
+            ELSE coalesce(b.run_at, b.now) END,
+       b.expires_at,
+       b.submission_id, CASE WHEN b.submission_id IS NOT NULL THEN b.fingerprint END,
+       CASE WHEN NOT coalesce(b.dependency_failed, 0) THEN b.active_key END, b.now,
+       CASE WHEN b.cancelled OR b.dependency_failed THEN b.now END, b.concurrency_key,
+       CASE WHEN NOT b.dependency_failed THEN nullif(b.blocked_by, 0) END,
+       CASE WHEN b.blocked_by > 0 AND NOT b.dependency_failed THEN coalesce(b.run_at, b.now) END,
+       CASE WHEN b.dependency_failed THEN 'dependency_failed' END
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
+INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
+SELECT d.depends_on, b.new_job_id, coalesce(j.status = 'completed', 0)
+  FROM temp.fenceq_submit_batch_deps AS d
+  JOIN temp.fenceq_submit_batch AS b ON b.i = d.i
+  LEFT JOIN fenceq__jobs AS j ON j.job_id = d.depends_on
+ WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Jobs cancelled by this batch (forced predecessors, elements inserted
+-- cancelled) take the jobs that depend on them with them.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  SELECT b.new_job_id FROM temp.fenceq_submit_batch AS b
+                   WHERE b.fresh AND (b.cancelled OR b.dependency_failed)
+                  UNION ALL
+                  SELECT j.job_id FROM fenceq__jobs AS j
+                   WHERE j.finished_at = (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
+                     AND j.queue = :queue AND j.status = 'cancelled')
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT json_group_array(a.job_id)

@@ -315,4 +315,4 @@ def test_rollback_to_a_version(db, capsys):
     code, out, _ = run(capsys, "migrate", "--url", db.url)
     assert code == 0
     with db.connect() as client:
-        assert client.version() == "3"
+        assert client.version() == "4"

@@ -36,7 +36,7 @@ from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, co
 from .results import Kind, answer
 from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -212,6 +212,7 @@ def _request_json(queue: str, request: SubmitRequest) -> str:
         "force": request.force,
         "fingerprint": _fingerprint(queue, request),
         "concurrency_key": request.concurrency_key,
+        "depends_on": None if request.depends_on is None else list(request.depends_on),
     }
     # The payload is already canonical text: splice it in unchanged.
     return _json_array_text(fields)[:-1] + ',"payload":' + request.payload + "}"
@@ -224,7 +225,8 @@ def _fingerprint(queue: str, request: SubmitRequest) -> str | None:
         queue=queue, task=request.task, payload=json.loads(request.payload),
         submission_id=request.submission_id, job_id=request.job_id, priority=request.priority,
         run_at=request.run_at, expires_at=request.expires_at, max_attempts=request.max_attempts,
-        active_key=request.active_key, force=request.force, concurrency_key=request.concurrency_key)
+        active_key=request.active_key, force=request.force, concurrency_key=request.concurrency_key,
+        depends_on=request.depends_on)
 
 
 def _jsonb_array_text(values: Any) -> str:
@@ -252,8 +254,6 @@ def parameters(op: Op) -> dict[str, Any]:
     if op.name not in ("submit", "submit_batch"):
         return params
     values = {arg.name: arg.value for arg in op.args}
-    if values.get("depends_on") or any(r.depends_on for r in values.get("requests", ())):
-        raise config_error("QF100", "depends_on needs PostgreSQL: SQLite has no dependencies yet")
     if op.name == "submit_batch":
         params["requests"] = "[" + ",".join(_request_json(values["queue"], request)
                                             for request in values["requests"]) + "]"
@@ -266,7 +266,7 @@ def parameters(op: Op) -> dict[str, Any]:
             priority=values.get("priority"), run_at=values.get("run_at"),
             expires_at=values.get("expires_at"), max_attempts=values.get("max_attempts"),
             active_key=values.get("active_key"), force=bool(values.get("force")),
-            concurrency_key=values.get("concurrency_key"))
+            concurrency_key=values.get("concurrency_key"), depends_on=values.get("depends_on"))
         params["fingerprint"] = _fingerprint(values["queue"], request)
     return params
 
@@ -527,7 +527,8 @@ EXPECTED_COLUMNS = {
         "fingerprint": ("TEXT", False), "active_key": ("TEXT", False), "dlq_id": ("TEXT", False),
         "created_at": ("INTEGER", True), "finished_at": ("INTEGER", False),
         "concurrency_key": ("TEXT", False),
-        "progress": ("TEXT", False), "progress_at": ("INTEGER", False)},
+        "progress": ("TEXT", False), "progress_at": ("INTEGER", False),
+        "blocked_by": ("INTEGER", False), "blocked_run_at": ("INTEGER", False)},
     "fenceq__submissions": {
         "submission_id": ("TEXT", True), "fingerprint": ("TEXT", True), "job_id": ("TEXT", True),
         "queue": ("TEXT", True), "created_at": ("INTEGER", True)},
@@ -555,6 +556,11 @@ TABLES += ("fenceq__locks",)
 EXPECTED_COLUMNS["fenceq__locks"] = {
     "lock": ("TEXT", True), "owner_id": ("TEXT", False), "token": ("INTEGER", True),
     "expires_at": ("INTEGER", False)}
+
+# Dependencies (docs/guarantees.md §16).
+TABLES += ("fenceq__dependencies",)
+EXPECTED_COLUMNS["fenceq__dependencies"] = {
+    "depends_on": ("TEXT", True), "job_id": ("TEXT", True), "satisfied": ("INTEGER", True)}
 
 # The only defaults allowed: none may manufacture identity or a state.
 EXPECTED_DEFAULTS = {

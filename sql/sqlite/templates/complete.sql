@@ -9,9 +9,13 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Two statements, no scratch table: the write is guarded by the checks
--- (all of them functions of the parameters), and the answer repeats them
--- and reads changes() of the write.
+-- The write is guarded by the checks (all of them functions of the
+-- parameters); a scratch row per connection (temp.fenceq_complete_call)
+-- keeps changes() of the write for the answer, which repeats the checks.
+-- Between them the job's dependents are counted off (no statement of
+-- theirs writes a row for a job without dependents).
+CREATE TEMP TABLE IF NOT EXISTS fenceq_complete_call (
+    id INTEGER PRIMARY KEY CHECK (id = 1), changed INTEGER NOT NULL);
 -- The decision and the write: the clock is read once, inside this
 -- statement, after BEGIN IMMEDIATE took the write lock.
 UPDATE fenceq__jobs
@@ -23,10 +27,13 @@ UPDATE fenceq__jobs
    AND {{well_formed_fence}}
    AND {{optional_json(:result)}}
    AND {{optional_within_1_mib(:result)}};
+INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
+{{release_dependents(:job_id, 1)}}
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
 SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,
-       CASE WHEN e.error IS NULL THEN changes() > 0 END AS value
+       CASE WHEN e.error IS NULL
+            THEN (SELECT c.changed > 0 FROM temp.fenceq_complete_call AS c) END AS value
   FROM (SELECT CASE
         WHEN NOT {{well_formed_fence}}
              THEN 'QF106 fenceq: the fence is malformed'

@@ -64,6 +64,11 @@ UPDATE fenceq__jobs
   FROM temp.fenceq_retry AS r
  WHERE fenceq__jobs.seq = r.seq AND NOT r.requeue AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 {{dead_letters_from(temp.fenceq_retry)}}
+-- A job that failed for good takes its dependents with it.
+{{cancel_dependents(
+    SELECT j.job_id FROM temp.fenceq_retry AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+     WHERE NOT r.requeue,
+    NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN EXISTS (SELECT 1 FROM temp.fenceq_retry) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -181,7 +181,8 @@ CASE WHEN $job.status = 'pending' OR ($job.status = 'claimed' AND $force) THEN '
      ELSE $job.status END
 
 -- macro: cancel_writes
--- Apply the answers of temp.fenceq_cancel.
+-- Apply the answers of temp.fenceq_cancel; the jobs cancelled take their
+-- dependents with them.
 UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
@@ -190,6 +191,10 @@ UPDATE fenceq__jobs SET cancel_requested = 1
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+{{cancel_dependents(
+    SELECT j.job_id FROM temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+     WHERE c.answer = 'cancelled',
+    NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 
 -- macro: dead_letters_from(scratch)
 -- Write the dead letters chosen in a scratch table (its dlq_id is set for
@@ -409,3 +414,83 @@ SELECT c.now, coalesce(l.owner_id = :owner_id AND l.token = :token AND l.expires
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT h.live FROM temp.fenceq_lock_hold AS h) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
+
+-- Dependencies (docs/guarantees.md §16) ------------------------------------
+
+-- macro: blocked_run_at
+-- The run_at of a job waiting on dependencies: year 10000 UTC, after every
+-- time a job may ask for, so claims and next_due pass over it.
+253402300800000000
+
+-- macro: dependency_bounds_exceeded(ids)
+-- Whether a new job depending on the jobs of $ids (a SELECT of job ids)
+-- would pass the graph's bounds: one of them has 1000 dependents already,
+-- or a chain through them would be deeper than 16.
+(EXISTS (SELECT 1 FROM fenceq__dependencies AS b
+          WHERE b.depends_on IN (
+                $ids)
+          GROUP BY b.depends_on HAVING count(*) >= 1000)
+ OR EXISTS (WITH RECURSIVE up(job_id, depth) AS (
+                SELECT s.job_id, 1 FROM fenceq__jobs AS s
+                 WHERE s.job_id IN (
+                       $ids)
+                UNION
+                SELECT e.depends_on, u.depth + 1
+                  FROM up AS u JOIN fenceq__dependencies AS e ON e.job_id = u.job_id
+                 WHERE u.depth <= 16)
+            SELECT 1 FROM up AS u WHERE u.depth > 16))
+
+-- macro: release_dependents(completed, guard)
+-- Count the jobs of $completed (a SELECT of job ids) that are completed off
+-- their dependents: a dependent left with none becomes due at the run_at
+-- it asked for or now, whichever is later. Idempotent: a completed job's
+-- edges are satisfied once, so the statements may run whether or not this
+-- call completed it. Bounded: a job has at most 1000 dependents.
+UPDATE fenceq__jobs
+   SET blocked_by = nullif(fenceq__jobs.blocked_by - c.n, 0),
+       run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
+                     THEN max(fenceq__jobs.blocked_run_at, c.now) ELSE fenceq__jobs.run_at END,
+       blocked_run_at = CASE WHEN fenceq__jobs.blocked_by = c.n THEN NULL
+                             ELSE fenceq__jobs.blocked_run_at END
+  FROM (SELECT d.job_id, count(*) AS n,
+               {{now}} AS now
+          FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+         WHERE NOT d.satisfied AND f.status = 'completed'
+           AND d.depends_on IN (
+               $completed)
+         GROUP BY d.job_id) AS c
+ WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
+   AND fenceq__jobs.blocked_by IS NOT NULL
+   AND $guard;
+UPDATE fenceq__dependencies SET satisfied = 1
+ WHERE NOT satisfied
+   AND depends_on IN (
+       SELECT f.job_id FROM fenceq__jobs AS f
+        WHERE f.status = 'completed'
+          AND f.job_id IN (
+              $completed))
+   AND $guard;
+
+-- macro: cancel_dependents(ended, guard)
+-- Every pending or claimed job that depends, transitively, on a job of
+-- $ended (a SELECT of job ids) that ended failed, cancelled or expired is
+-- cancelled with last_error 'dependency_failed'; a claimed one's fence
+-- dies. Idempotent, like release_dependents. Bounded: chains are at most
+-- 16 deep (the walk stops past 17) and a job has at most 1000 dependents.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = {{now}}
+ WHERE status IN ('pending', 'claimed')
+   AND $guard
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  $ended)
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);

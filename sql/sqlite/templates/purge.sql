@@ -1,8 +1,8 @@
 -- fenceq for SQLite: purge -- delete old terminal jobs.
 --
 -- Deletes terminal jobs finished before now - older_than, oldest first, at
--- most max_rows, with their checkpoints, claim ledger rows and handled dead
--- letters. Jobs with a dead letter that is neither replayed nor discarded
+-- most max_rows, with their checkpoints, claim ledger rows, dependency
+-- edges and handled dead letters. Jobs with a dead letter that is neither replayed nor discarded
 -- are kept. Submission identities outlive the purge unless
 -- submissions_older_than is given: then identities older than that whose
 -- jobs are gone are forgotten too. Returns the number of jobs deleted.
@@ -43,6 +43,12 @@ DELETE FROM fenceq__checkpoints
 DELETE FROM fenceq__claims
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__dead_letters
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- A purged job's dependency edges go with it: each is satisfied, or its
+-- dependent was cancelled, once the job is terminal.
+DELETE FROM fenceq__dependencies
+ WHERE depends_on IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__dependencies
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__jobs
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);

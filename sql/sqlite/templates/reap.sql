@@ -3,7 +3,8 @@
 -- Oldest first, at most max_rows in all. Expired claims: cancel-requested
 -- -> cancelled; attempts left -> pending (error 'lease_expired', with
 -- backoff); none left -> failed (+ dead letter when the queue keeps them).
--- Overdue pending jobs -> expired. Always one row of counts.
+-- Overdue pending jobs -> expired. The dependents of a job that failed, was
+-- cancelled or expired are cancelled (not counted). Always one row of counts.
 --
 -- Parameters: :max_rows INTEGER or NULL (1000).
 -- Result: one row (sqlstate, message, detail, requeued, failed, cancelled,
@@ -67,6 +68,11 @@ UPDATE fenceq__jobs
 UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
   FROM temp.fenceq_reap AS r
  WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Jobs that failed, were cancelled or expired take their dependents with them.
+{{cancel_dependents(
+    SELECT j.job_id FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+     WHERE r.outcome <> 'requeued',
+    NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT count(*) FROM temp.fenceq_reap WHERE outcome = 'requeued') END AS requeued,
