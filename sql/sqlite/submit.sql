@@ -182,25 +182,22 @@ INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, crea
 SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
   FROM temp.fenceq_submit_call AS t
  WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
--- force: the predecessor holding the active key is cancelled; its fence
--- dies, and its dependents are cancelled.
+-- force: the predecessor holding the active key is cancelled (its fence
+-- dies), and with it every job that depends on it, transitively, with
+-- last_error 'dependency_failed' (one statement: the usual submit has no
+-- predecessor, and pays for one).
 UPDATE fenceq__jobs
-   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t)
- WHERE job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t
-                  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL);
-UPDATE fenceq__jobs
-   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
-       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t),
+       last_error = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN last_error
+                         ELSE 'dependency_failed' END,
+       lease_expires_at = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t)
+                               THEN lease_expires_at END,
+       pid = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN pid END
  WHERE status IN ('pending', 'claimed')
-   AND (SELECT t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
-          FROM temp.fenceq_submit_call AS t)
    AND job_id IN (
        WITH RECURSIVE down(job_id, depth) AS (
-           SELECT d.job_id, 1
-             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
-            WHERE f.status IN ('failed', 'cancelled', 'expired')
-              AND d.depends_on IN (
-                  SELECT t.holder FROM temp.fenceq_submit_call AS t)
+           SELECT t.holder, 0 FROM temp.fenceq_submit_call AS t
+            WHERE t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
            UNION
            SELECT d.job_id, w.depth + 1
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id

@@ -133,16 +133,27 @@ INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, crea
 SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
   FROM temp.fenceq_submit_call AS t
  WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
--- force: the predecessor holding the active key is cancelled; its fence
--- dies, and its dependents are cancelled.
+-- force: the predecessor holding the active key is cancelled (its fence
+-- dies), and with it every job that depends on it, transitively, with
+-- last_error 'dependency_failed' (one statement: the usual submit has no
+-- predecessor, and pays for one).
 UPDATE fenceq__jobs
-   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t)
- WHERE job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t
-                  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL);
-{{cancel_dependents(
-    SELECT t.holder FROM temp.fenceq_submit_call AS t,
-    (SELECT t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
-       FROM temp.fenceq_submit_call AS t))}}
+   SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t),
+       last_error = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN last_error
+                         ELSE 'dependency_failed' END,
+       lease_expires_at = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t)
+                               THEN lease_expires_at END,
+       pid = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN pid END
+ WHERE status IN ('pending', 'claimed')
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT t.holder, 0 FROM temp.fenceq_submit_call AS t
+            WHERE t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, status, max_attempts, run_at, expires_at,
                           submission_id, fingerprint, active_key, created_at, concurrency_key,
                           blocked_by, blocked_run_at, last_error, finished_at)
