@@ -6,6 +6,7 @@ from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, Persist
 from .locks import LockBusy, LockLost
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
                     Schedule, SchemaCheck, new_claim_token)
+from .waiting import WaitTimeout
 from .worker import App, AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable, Worker
 
 __all__ = [
@@ -13,5 +14,5 @@ __all__ = [
     "ConfigError", "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "JobCancelled", "JobContext",
     "LeaseLost", "LockBusy", "LockLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
-    "Schedule",
+    "Schedule", "WaitTimeout",
 ]
