@@ -238,3 +238,22 @@ def test_purge_takes_the_edges_of_purged_jobs(db):
         # A purged job's id named later is a dependency that names no job.
         with raises_code("QF100"):
             client.submit("default", "d", depends_on=["A"])
+
+
+def test_sqlite_rollback_to_3_refuses_while_a_job_waits_then_frees_it(sqlite_db):
+    from fenceq.migrate import migrate, rollback
+
+    with sqlite_db.connect() as client:
+        client.create_queue("default")
+        a = client.submit("default", "a")
+        b = client.submit("default", "b", depends_on=[a])
+    with raises_code("QF901"):
+        rollback(sqlite_db.url, to_version=3)
+    assert rollback(sqlite_db.url, to_version=3, allow_data_loss=True) == ["0004_fenceq_v4"]
+    assert sqlite_db.sql("SELECT count(*) FROM fenceq__jobs WHERE run_at > 253402300799999999") == [(0,)]
+    assert sqlite_db.sql("PRAGMA user_version") == [(3,)]
+    assert all(check.ok for check in migrate(sqlite_db.url))
+    with sqlite_db.connect() as client:
+        job = client.get_job(b)
+        assert (job.status, job.blocked_by) == ("pending", 0)
+        assert sorted(filter(None, (run_next(client), run_next(client)))) == sorted([a, b])
