@@ -97,7 +97,8 @@ SELECT m.seq, CASE WHEN m.status = 'pending' OR (m.status = 'claimed' AND coales
                   AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY m.seq
- LIMIT coalesce(:max_rows, 10000);
+ LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+            ELSE 10000 END;
 UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')

@@ -98,9 +98,9 @@ WITH clock(now) AS MATERIALIZED (
                 WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
                   AND (h.expires_at IS NULL OR h.expires_at > clock.now)
                 ORDER BY h.priority DESC, h.run_at, h.seq
-                LIMIT json_array_length(CASE WHEN json_valid(:claim_tokens)
-                                             THEN CASE WHEN json_type(:claim_tokens) = 'array'
-                                                       THEN :claim_tokens END END))
+                LIMIT coalesce(json_array_length(CASE WHEN json_valid(:claim_tokens)
+                                                      THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                                THEN :claim_tokens END END), 0))
          WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues)
                                                               THEN CASE WHEN json_type(:queues) = 'array'
                                                                         THEN :queues END END) AS a) AND NOT q.paused
@@ -123,9 +123,9 @@ WITH clock(now) AS MATERIALIZED (
                        OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
                                          WHERE k.queue = q.queue AND k.status = 'claimed'
                                            AND k.concurrency_key = h.concurrency_key) <= q.max_claimed_per_key) AS h
-                WHERE h.rank <= json_array_length(CASE WHEN json_valid(:claim_tokens)
-                                                       THEN CASE WHEN json_type(:claim_tokens) = 'array'
-                                                                 THEN :claim_tokens END END)
+                WHERE h.rank <= coalesce(json_array_length(CASE WHEN json_valid(:claim_tokens)
+                                                                THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                                          THEN :claim_tokens END END), 0)
                   AND h.rank <= coalesce(q.max_claimed - (SELECT count(*) FROM fenceq__jobs AS c
                                                            WHERE c.queue = q.queue AND c.status = 'claimed'), h.rank)
                   AND h.rank <= coalesce(q.rate_limit - (SELECT count(*) FROM fenceq__rate_window AS w

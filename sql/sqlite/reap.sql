@@ -47,7 +47,8 @@ SELECT c.seq, c.outcome,
           JOIN fenceq__jobs AS j ON j.status = 'claimed' AND j.lease_expires_at <= clock.now
           JOIN fenceq__queues AS q ON q.queue = j.queue
          ORDER BY j.lease_expires_at, j.seq
-         LIMIT coalesce(:max_rows, 1000)) AS c
+         LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+                    ELSE 1000 END) AS c
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 WITH clock(now) AS MATERIALIZED (
          SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
@@ -56,7 +57,8 @@ SELECT j.seq, 'expired', clock.now
   FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY j.expires_at, j.seq
- LIMIT max(coalesce(:max_rows, 1000) - (SELECT count(*) FROM temp.fenceq_reap), 0);
+ LIMIT max(CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+                ELSE 1000 END - (SELECT count(*) FROM temp.fenceq_reap), 0);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: a retry time is after year 9999'
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)

@@ -34,4 +34,5 @@ SELECT * FROM (
      WHERE (:max_rows IS NULL
             OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 2147483647))
      ORDER BY s.next_run_at, s.schedule
-     LIMIT coalesce(:max_rows, 100));
+     LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+                ELSE 100 END);

@@ -43,19 +43,7 @@ SQLITE_DOCUMENTED_CODES = {"22008": "a computed time beyond year 9999 (sql/sqlit
 
 # (engine, function, SQLSTATE or finding kind) -> why it is tolerated for now.
 # Reported to the lead with a reproduction (docs/fuzzing.md, Findings).
-KNOWN_FINDINGS: dict[tuple[str, str, str], str] = {
-    ("sqlite-file", "claim_batch", "IntegrityError"):
-        "claim_tokens NULL reaches a STRICT scratch table: 'datatype mismatch' instead of QF100",
-    ("sqlite-file", "purge", "IntegrityError"):
-        "max_rows that is not an integer (text, real) reaches a STRICT scratch table: 'datatype mismatch' "
-        "instead of QF104",
-    ("sqlite-file", "reap", "IntegrityError"):
-        "max_rows that is not an integer (text, real): 'datatype mismatch' instead of QF104",
-    ("sqlite-file", "cancel_matching", "IntegrityError"):
-        "max_rows that is not an integer (text, real): 'datatype mismatch' instead of QF104",
-    ("sqlite-file", "tick_due", "IntegrityError"):
-        "max_rows that is not an integer (text, real): 'datatype mismatch' instead of QF104",
-}
+KNOWN_FINDINGS: dict[tuple[str, str, str], str] = {}
 
 
 def pre_fenceq(sqlstate: str) -> bool:

@@ -222,3 +222,62 @@ def test_a_driver_sees_error_rows_not_exceptions_for_malformed_arguments(sqlite_
     assert run_file(path, "claim_next", claim | {"queues": '["q"]', "lease": "30s"})[0]["sqlstate"] == "QF105"
     fence = {"job_ids": '["a"]', "owner_ids": "{}", "generations": "[1]", "claim_tokens": '["t"]', "lease": None}
     assert run_file(path, "heartbeat_batch", fence)[0]["sqlstate"] == "QF100"
+
+
+def _every_row(path: str) -> dict[str, list[str]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' ORDER BY name")]
+        return {t: sorted(repr(row) for row in conn.execute(f'SELECT * FROM "{t}"')) for t in tables}
+
+
+def _jobs_for_every_limit(sqlite_db) -> str:
+    """Rows each file below would take: pending jobs, an expired claim, a
+    completed job and a due schedule."""
+    path = fenceq.backends.sqlite.database_path(sqlite_db.url)
+    with sqlite_db.connect() as client:
+        client.create_queue("q")
+        for n in range(4):
+            client.submit("q", "t", {"n": n})
+        expired = client.claim_next(["q"], "w", fenceq.new_claim_token())
+        done = client.claim_next(["q"], "w", fenceq.new_claim_token())
+        client.complete(done.fence)
+        client.set_schedule("s", "q", "t", "* * * * *")
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("UPDATE fenceq__jobs SET lease_expires_at = 0 WHERE job_id = ?", (expired.job_id,))
+        conn.execute("UPDATE fenceq__schedules SET next_run_at = 0")
+    return path
+
+
+# Found by the fuzzer (docs/fuzzing.md): a LIMIT bound from a parameter
+# that is not an integer made SQLite raise 'datatype mismatch' before the
+# file's guard could stop the statement; the answer is the file's own code.
+LIMIT_PARAMETERS = [
+    ("purge", {"older_than": 0, "submissions_older_than": None}, "max_rows", "QF104"),
+    ("reap", {}, "max_rows", "QF104"),
+    ("cancel_matching", {"queue": "q", "task": None, "payload_contains": None, "include_claimed": 1,
+                         "force": None}, "max_rows", "QF104"),
+    ("tick_due", {}, "max_rows", "QF104"),
+]
+
+
+@pytest.mark.parametrize("bad", ["x", "", 1.5, 2.5], ids=repr)
+@pytest.mark.parametrize("name, params, limit, sqlstate", LIMIT_PARAMETERS, ids=[p[0] for p in LIMIT_PARAMETERS])
+def test_a_limit_that_is_not_an_integer_is_refused_and_changes_nothing(sqlite_db, name, params, limit, sqlstate,
+                                                                        bad):
+    path = _jobs_for_every_limit(sqlite_db)
+    before = _every_row(path)
+    (answer,) = run_file(path, name, params | {limit: bad})
+    assert answer["sqlstate"] == sqlstate
+    assert _every_row(path) == before
+    assert run_file(path, name, params | {limit: None})[0]["sqlstate"] is None  # the same call with a good value
+
+
+def test_claim_batch_with_null_claim_tokens_is_refused_and_changes_nothing(sqlite_db):
+    path = _jobs_for_every_limit(sqlite_db)
+    before = _every_row(path)
+    claim = {"queues": '["q"]', "owner_id": "w", "claim_tokens": None, "lease": None, "budget": None}
+    (answer,) = run_file(path, "claim_batch", claim)
+    assert answer["sqlstate"] == "QF100"
+    assert _every_row(path) == before
+    assert run_file(path, "claim_batch", claim | {"claim_tokens": '["t-1"]'})[0]["sqlstate"] is None

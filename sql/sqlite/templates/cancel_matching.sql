@@ -79,7 +79,7 @@ SELECT m.seq, {{cancel_answer(m, coalesce(:force, 0))}}, clock.now
                   AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY m.seq
- LIMIT coalesce(:max_rows, 10000);
+ LIMIT {{row_limit(:max_rows, 10000)}};
 {{cancel_writes}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_cancel) END AS value

@@ -63,7 +63,7 @@ SELECT sqlstate, message FROM (
 -- token), merged in claim order and paired with the tokens.
 WITH {{clock}},
      heads AS (
-        {{queue_heads(json_array_length({{as_json_array(:claim_tokens)}}), {{as_json_array(:queues)}})}})
+        {{queue_heads(coalesce(json_array_length({{as_json_array(:claim_tokens)}}), 0), {{as_json_array(:queues)}})}})
 INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
 SELECT c.ord, c.seq, t.value, c.generation, coalesce(:lease, c.queue_lease), clock.now
   FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*

@@ -46,6 +46,14 @@ CASE WHEN json_valid($value)
      THEN CASE WHEN json_type($value) = 'array'
                THEN $value END END
 
+-- macro: row_limit(value, default)
+-- A LIMIT taken from a parameter: $value when it is an INTEGER, else
+-- $default. SQLite evaluates a LIMIT before any row, so before the guard
+-- on the failed check, and raises 'datatype mismatch' for TEXT, REAL or
+-- NULL; the file's check refuses such a value, and the guard stops the write.
+CASE WHEN typeof($value) = 'integer' THEN $value
+     ELSE $default END
+
 -- macro: uuid4(hex)
 -- 32 random hex digits shaped as a version 4 UUID.
 substr($hex, 1, 8) || '-' || substr($hex, 9, 4)

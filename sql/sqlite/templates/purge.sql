@@ -37,7 +37,7 @@ SELECT j.job_id
                     WHERE d.job_id = j.job_id AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY j.finished_at, j.seq
- LIMIT coalesce(:max_rows, 10000);
+ LIMIT {{row_limit(:max_rows, 10000)}};
 DELETE FROM fenceq__checkpoints
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__claims

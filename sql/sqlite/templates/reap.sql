@@ -38,7 +38,7 @@ SELECT c.seq, c.outcome,
           JOIN fenceq__jobs AS j ON j.status = 'claimed' AND j.lease_expires_at <= clock.now
           JOIN fenceq__queues AS q ON q.queue = j.queue
          ORDER BY j.lease_expires_at, j.seq
-         LIMIT coalesce(:max_rows, 1000)) AS c
+         LIMIT {{row_limit(:max_rows, 1000)}}) AS c
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 WITH {{clock}}
 INSERT INTO temp.fenceq_reap (seq, outcome, now)
@@ -46,7 +46,7 @@ SELECT j.seq, 'expired', clock.now
   FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY j.expires_at, j.seq
- LIMIT max(coalesce(:max_rows, 1000) - (SELECT count(*) FROM temp.fenceq_reap), 0);
+ LIMIT max({{row_limit(:max_rows, 1000)}} - (SELECT count(*) FROM temp.fenceq_reap), 0);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: a retry time is after year 9999'
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)

@@ -27,4 +27,4 @@ SELECT * FROM (
       JOIN fenceq__schedules AS s ON s.next_run_at <= c.now
      WHERE {{optional_integer(:max_rows, BETWEEN 1 AND 2147483647)}}
      ORDER BY s.next_run_at, s.schedule
-     LIMIT coalesce(:max_rows, 100));
+     LIMIT {{row_limit(:max_rows, 100)}});
