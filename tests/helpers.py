@@ -45,3 +45,18 @@ def payloads_until_barrier(listener, channel: str, barrier: str, patience: float
         if note.channel == channel:
             payloads.append(note.payload)
     raise AssertionError("the barrier never arrived")
+
+
+def schema_version(backend: str) -> str:
+    """The schema version this tree's migrations take ``backend`` to (what
+    ``fenceq.version()`` answers there), as ``fenceq.version()`` spells it."""
+    from fenceq.backends.migrations import migration_ids
+
+    return str(int(migration_ids(backend)[-1].split("_", 1)[0]))
+
+
+def steps_above(backend: str, version: int) -> list[str]:
+    """The migration ids a rollback of ``backend`` to ``version`` runs, newest first."""
+    from fenceq.backends.migrations import migration_ids
+
+    return [m for m in reversed(migration_ids(backend)) if int(m.split("_", 1)[0]) > version]

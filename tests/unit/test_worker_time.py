@@ -1,8 +1,10 @@
 """The worker and time (docs/guarantees.md §13), on the in-memory backend and
 a manual clock: an idle claimer never sleeps past the moment ``next_due``
 names, so a delayed job or a retry starts when it falls due, with a one-hour
-poll interval and no notification; ``ctx.extend`` moves the worker's own
-budget deadline. Time moves only when a test moves it."""
+poll interval and no notification; a notification of a job due later
+ends an idle wait with one claim and a fresh ``next_due``, also one that
+``next_due`` had cut short; ``ctx.extend`` moves the worker's own budget
+deadline. Time moves only when a test moves it."""
 
 from __future__ import annotations
 
