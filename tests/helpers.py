@@ -48,8 +48,8 @@ def payloads_until_barrier(listener, channel: str, barrier: str, patience: float
 
 
 def schema_version(backend: str) -> str:
-    """The schema version this tree's migrations take ``backend`` to (what
-    ``fenceq.version()`` answers there), as ``fenceq.version()`` spells it."""
+    """What ``fenceq.version()`` answers on ``backend`` once this tree's
+    migrations have run: the number of its newest step."""
     from fenceq.backends.migrations import migration_ids
 
     return str(int(migration_ids(backend)[-1].split("_", 1)[0]))
