@@ -1,8 +1,9 @@
 """How late an idle worker starts a job that falls due later: a delayed job
 (``run_at`` = now + 3 s) and a retry (the queue's backoff: 2 s), with the
-worker's defaults (on PostgreSQL a 5 s poll interval) and no notification
-for either: a job that is not due when it is submitted or failed sends
-none. docs/guarantees.md §13 has the figures::
+worker's defaults (on PostgreSQL a 5 s poll interval). Schema version 3
+sent no notification for either (a job not due when it was submitted or
+failed sent none); version 4 sends ``fenceq_jobs`` for both, and the idle
+worker re-reads ``next_due``. docs/guarantees.md §13 has the figures::
 
     python -m bench.wakeup --url URL [--runs 20]
 

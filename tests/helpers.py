@@ -30,3 +30,33 @@ def wait_until_past(moment) -> None:
 
     delay = (moment - datetime.now(timezone.utc)).total_seconds()
     time.sleep(max(delay, 0) + 0.05)
+
+
+def payloads_until_barrier(listener, channel: str, barrier: str, patience: float = 60.0) -> list[str]:
+    """The payloads on ``channel`` that reached a LISTENing connection before
+    the test's own barrier notification, sent after everything it checks has
+    committed (notifications arrive in commit order): an absent one is seen
+    without waiting for a timeout, which only bounds a failure."""
+    listener.execute("SELECT pg_notify(%s, %s)", (channel, barrier))
+    payloads = []
+    for note in listener.notifies(timeout=patience):
+        if note.payload == barrier:
+            return payloads
+        if note.channel == channel:
+            payloads.append(note.payload)
+    raise AssertionError("the barrier never arrived")
+
+
+def schema_version(backend: str) -> str:
+    """What ``fenceq.version()`` answers on ``backend`` once this tree's
+    migrations have run: the number of its newest step."""
+    from fenceq.backends.migrations import migration_ids
+
+    return str(int(migration_ids(backend)[-1].split("_", 1)[0]))
+
+
+def steps_above(backend: str, version: int) -> list[str]:
+    """The migration ids a rollback of ``backend`` to ``version`` runs, newest first."""
+    from fenceq.backends.migrations import migration_ids
+
+    return [m for m in reversed(migration_ids(backend)) if int(m.split("_", 1)[0]) > version]

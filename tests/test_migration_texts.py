@@ -25,6 +25,8 @@ RELEASED = {
     "migrations/postgres/sql/0003_fenceq_v3.sql": "4a23d2530c151e71503e4914ad7480891acee8ab1c3fad8aa22f008a6e4e54cd",
     "migrations/sqlite/0003_fenceq_v3.py": "3bb00c22de24e7706f8fe1973b0a7f70eaec9c9e1cfee685d1cff7eb1648a5ad",
     "migrations/sqlite/sql/0003_fenceq_v3.sql": "879c84e594bfbc87de64c0d51cae60d31204928e9dff2aeb7523d6390a16c71d",
+    "migrations/postgres/0004_fenceq_v4.py": "acb29c9796be42daf14201fcc99ae61a2bdac9764ce05773d0dbf035dd22343a",
+    "migrations/postgres/sql/0004_fenceq_v4.sql": "c598be7867bf91eac9462a04092c7693d004aef88a9dc4246caf017d10cbeed5",
 }
 
 V1_COMMIT = "8e56bfc"

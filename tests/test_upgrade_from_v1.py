@@ -17,7 +17,9 @@ import pytest
 
 import fenceq
 from conftest import pg_url
+from fenceq.backends import backend_of
 from fenceq.migrate import migrate, rollback
+from helpers import schema_version, steps_above
 
 ROOT = Path(__file__).resolve().parents[1]
 V1_COMMIT = "8e56bfc"
@@ -57,7 +59,7 @@ def test_v1_database_with_live_work_upgrades_in_place(v1_database):
     url, v1 = v1_database
     assert all(check.ok for check in migrate(url))
     with fenceq.connect(url) as client:
-        assert client.version() == "4"
+        assert client.version() == schema_version(backend_of(url))
         old = fenceq.Fence(**v1["live"])
         # The fence v1 granted is still the live claim: it renews, reads its
         # checkpoint back, and completes once.
@@ -108,7 +110,7 @@ def test_v2_rolls_back_to_v1_without_loss(v1_database):
     # for the newest schema: the live fence and the identity are checked
     # once the file is upgraded again (nothing was lost on the way down).
     with fenceq.connect(url) as client:
-        assert client.version() == "4"
+        assert client.version() == schema_version(backend_of(url))
         if not url.startswith("postgresql"):
             assert client.complete(fenceq.Fence(**v1["live"]))
         assert client.submit("work", "owned", {"n": 1}, submission_id="sub-owned") == v1["live"]["job_id"]
@@ -117,7 +119,7 @@ def test_v2_rolls_back_to_v1_without_loss(v1_database):
 def test_rollback_to_version_1_stops_there(v1_database):
     url, v1 = v1_database
     migrate(url)
-    assert rollback(url, to_version=1) == ["0004_fenceq_v4", "0003_fenceq_v3", "0002_fenceq_v2"]
+    assert rollback(url, to_version=1) == steps_above(backend_of(url), 1)
     assert rollback(url, to_version=1) == []  # already there
     with fenceq.connect(url) as client:
         assert client.version() == "1"
@@ -132,7 +134,7 @@ def test_rollback_to_version_1_stops_there(v1_database):
             assert conn.execute("SELECT status FROM fenceq__jobs WHERE job_id = ?",
                                 (v1["pending"][0],)).fetchone() == ("pending",)
     with pytest.raises(fenceq.ConfigError):
-        rollback(url, to_version=5)
+        rollback(url, to_version=int(schema_version(backend_of(url))) + 1)
     assert all(check.ok for check in migrate(url))
 
 
@@ -157,4 +159,4 @@ def test_the_upgrade_step_does_not_stop_queue_traffic(v1_database):
         upgrading.commit()
     assert all(check.ok for check in migrate(url))  # records the step; the text ran already
     with fenceq.connect(url) as client:
-        assert client.version() == "4"
+        assert client.version() == schema_version(backend_of(url))

@@ -29,7 +29,7 @@ from fenceq.backends import open_async_backend, open_backend
 from fenceq.backends.protocol import DONE_CHANNEL
 from fenceq.ops import Arg, Op
 from fenceq.waiting import Waiter, WaitTimeout
-from helpers import claim, raises_code, wait_until_past
+from helpers import claim, payloads_until_barrier, raises_code, wait_until_past
 
 PATIENCE = 60.0  # seconds: bounds a failure, never measured
 
@@ -265,18 +265,6 @@ def test_the_sql_refuses_what_the_client_would(client, sqlstate, args):
     assert client.set_queue_notify_done("q", True) is True, "nothing changed"
 
 
-def _done_until_barrier(listener: psycopg.Connection, barrier: str) -> list[str]:
-    """The fenceq_done payloads that arrived before the test's own barrier
-    notification (sent after everything it checks has committed)."""
-    listener.execute("SELECT pg_notify('fenceq_done', %s)", (barrier,))
-    payloads = []
-    for note in listener.notifies(timeout=PATIENCE):
-        if note.payload == barrier:
-            return payloads
-        payloads.append(note.payload)
-    raise AssertionError("the barrier never arrived")
-
-
 def test_notifications_follow_the_switch_and_every_terminal_transition(pg):
     short = timedelta(milliseconds=300)
     with pg.connect() as client, psycopg.connect(pg.url, autocommit=True) as listener:
@@ -287,7 +275,7 @@ def test_notifications_follow_the_switch_and_every_terminal_transition(pg):
         assert client.complete(claim(client, "quiet").fence)
         early = client.submit("q", "t")
         assert client.complete(claim(client, "q").fence)
-        assert _done_until_barrier(listener, "off") == [], "the switch is off by default"
+        assert payloads_until_barrier(listener, DONE_CHANNEL, "off") == [], "the switch is off by default"
 
         client.set_queue_notify_done("q", True)
         done = []
@@ -332,7 +320,7 @@ def test_notifications_follow_the_switch_and_every_terminal_transition(pg):
         done.append(client.submit("q", "t", expires_at=lapsed[-1].lease_expires_at))  # reap: expired
         wait_until_past(max(c.lease_expires_at for c in lapsed))
         assert client.reap() == fenceq.ReapResult(requeued=0, failed=1, cancelled=1, expired=1)
-        payloads = _done_until_barrier(listener, "on")
+        payloads = payloads_until_barrier(listener, DONE_CHANNEL, "on")
         statuses = {client.get_job(job_id).status for job_id in done}
     assert sorted(payloads) == sorted(done) and len(payloads) == len(done), "one per terminal transition"
     assert quiet not in payloads and early not in payloads and grandchild not in payloads

@@ -170,7 +170,9 @@ BEGIN
         SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
           FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
     END IF;
-    IF v_run_at <= v_now AND coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
+    -- Due now or later: an idle worker re-reads next_due on the hint, so a
+    -- job due before its next poll starts on time (docs/guarantees.md §13).
+    IF coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
         PERFORM pg_notify('fenceq_jobs', _submit.queue);
     END IF;
     RETURN v_job_id;
@@ -185,7 +187,9 @@ COMMENT ON FUNCTION fenceq._submit(text, text, jsonb, text, text, integer, times
 -- another active job and force, locks and cancels that predecessor. Idempotent under submission_id: an
 -- exact replay returns the original job id (also after the job finished or
 -- was purged); a changed request raises QF201; a busy active key QF202; a
--- taken explicit job id QF203.
+-- taken explicit job id QF203. A pending job, due now or later, sends
+-- fenceq_jobs when the queue notifies (idle workers then re-read next_due);
+-- one waiting on dependencies sends none.
 --
 -- The usual calls take a short path of one statement: a request with no
 -- identity but (perhaps) a submission id, and values that need no closer
@@ -260,8 +264,8 @@ BEGIN
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
-        RETURNING j.job_id, j.run_at <= j.created_at AS due)
-    SELECT i.job_id, i.due AND q.notify, EXISTS (SELECT 1 FROM reserved)
+        RETURNING j.job_id)
+    SELECT i.job_id, q.notify, EXISTS (SELECT 1 FROM reserved)
       INTO v_job_id, v_notify, v_reserved
       FROM queue AS q LEFT JOIN inserted AS i ON true;
     IF NOT FOUND THEN

@@ -235,9 +235,10 @@ BEGIN
                        blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
                   FROM counted AS c
                  WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
-                RETURNING j.queue, j.blocked_by IS NULL AND j.run_at <= v_now AS due)
+                RETURNING j.queue, j.blocked_by IS NULL AS free)
+            -- Free now, due now or later: idle workers re-read next_due.
             SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
-             WHERE r.due AND q.notify
+             WHERE r.free AND q.notify
         LOOP
             PERFORM pg_notify('fenceq_jobs', v_queue);
         END LOOP;

@@ -825,6 +825,7 @@ COMMENT ON FUNCTION fenceq._dead_letter(fenceq._jobs, text, timestamptz) IS
 -- _retry_or_fail: the outcome of a failed attempt (fail, and reap of an
 -- expired lease): back to pending with backoff while attempts remain and
 -- retry is asked, else 'failed' with a dead letter when the queue keeps them.
+-- A retry sends fenceq_jobs (when the queue notifies), due now or later.
 -- The caller holds the row lock. Returns the new status.
 CREATE OR REPLACE FUNCTION fenceq._retry_or_fail(
     job fenceq._jobs, error text, retry boolean, retry_at timestamptz, now timestamptz)
@@ -849,7 +850,9 @@ BEGIN
                owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
                budget_expires_at = NULL, pid = NULL
          WHERE j.job_id = (_retry_or_fail.job).job_id;
-        IF v_run_at <= _retry_or_fail.now AND v_queue.notify THEN
+        -- Also for a later run: idle workers re-read next_due on the hint
+        -- (the failing worker may be busy, stopping, or a reaper).
+        IF v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', v_queue.queue);
         END IF;
         RETURN 'pending';
@@ -908,7 +911,8 @@ COMMENT ON FUNCTION fenceq.fail(text, text, bigint, text, text, boolean, timesta
     'Fail a live claim: retried with backoff (or at retry_at) while attempts remain, else failed with a dead letter. True once; false when stale, expired, terminal or cancel-requested.';
 
 -- release: hand a live claim back to pending without spending an attempt
--- (graceful shutdown, snooze). False for a cancel-requested claim.
+-- (graceful shutdown, snooze), with a fenceq_jobs hint when the queue
+-- notifies. False for a cancel-requested claim.
 CREATE OR REPLACE FUNCTION fenceq.release(
     job_id text, owner_id text, generation bigint, claim_token text,
     run_at timestamptz DEFAULT NULL)
@@ -938,9 +942,7 @@ BEGIN
            owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
            budget_expires_at = NULL, pid = NULL
      WHERE j.job_id = release.job_id;
-    IF v_run_at <= v_now THEN
-        PERFORM fenceq._notify_jobs(v_job.queue);
-    END IF;
+    PERFORM fenceq._notify_jobs(v_job.queue);  -- due now or later: idle workers re-read next_due
     RETURN true;
 END
 $$;

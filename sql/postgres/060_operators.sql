@@ -313,7 +313,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '3';
+    RETURN '4';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

@@ -1248,7 +1248,9 @@ BEGIN
                owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
                budget_expires_at = NULL, pid = NULL
          WHERE j.job_id = (_retry_or_fail.job).job_id;
-        IF v_run_at <= _retry_or_fail.now AND v_queue.notify THEN
+        -- Also for a later run: idle workers re-read next_due on the hint
+        -- (the failing worker may be busy, stopping, or a reaper).
+        IF v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', v_queue.queue);
         END IF;
         RETURN 'pending';
@@ -1350,9 +1352,10 @@ BEGIN
                        blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
                   FROM counted AS c
                  WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
-                RETURNING j.queue, j.blocked_by IS NULL AND j.run_at <= v_now AS due)
+                RETURNING j.queue, j.blocked_by IS NULL AS free)
+            -- Free now, due now or later: idle workers re-read next_due.
             SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
-             WHERE r.due AND q.notify
+             WHERE r.free AND q.notify
         LOOP
             PERFORM pg_notify('fenceq_jobs', v_queue);
         END LOOP;
@@ -1529,7 +1532,9 @@ BEGIN
         SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
           FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
     END IF;
-    IF v_run_at <= v_now AND coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
+    -- Due now or later: an idle worker re-reads next_due on the hint, so a
+    -- job due before its next poll starts on time (docs/guarantees.md §13).
+    IF coalesce(v_blocked_by, 0) = 0 AND NOT v_dependency_failed AND v_queue.notify THEN
         PERFORM pg_notify('fenceq_jobs', _submit.queue);
     END IF;
     RETURN v_job_id;
@@ -2840,9 +2845,7 @@ BEGIN
            owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
            budget_expires_at = NULL, pid = NULL
      WHERE j.job_id = release.job_id;
-    IF v_run_at <= v_now THEN
-        PERFORM fenceq._notify_jobs(v_job.queue);
-    END IF;
+    PERFORM fenceq._notify_jobs(v_job.queue);  -- due now or later: idle workers re-read next_due
     RETURN true;
 END
 $$;
@@ -3198,8 +3201,8 @@ BEGIN
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
-        RETURNING j.job_id, j.run_at <= j.created_at AS due)
-    SELECT i.job_id, i.due AND q.notify, EXISTS (SELECT 1 FROM reserved)
+        RETURNING j.job_id)
+    SELECT i.job_id, q.notify, EXISTS (SELECT 1 FROM reserved)
       INTO v_job_id, v_notify, v_reserved
       FROM queue AS q LEFT JOIN inserted AS i ON true;
     IF NOT FOUND THEN
@@ -3781,7 +3784,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '3';
+    RETURN '4';
 END
 $$;
 

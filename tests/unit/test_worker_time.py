@@ -1,8 +1,10 @@
 """The worker and time (docs/guarantees.md §13), on the in-memory backend and
 a manual clock: an idle claimer never sleeps past the moment ``next_due``
 names, so a delayed job or a retry starts when it falls due, with a one-hour
-poll interval and no notification; ``ctx.extend`` moves the worker's own
-budget deadline. Time moves only when a test moves it."""
+poll interval and no notification; a notification of a job due later
+ends an idle wait with one claim and a fresh ``next_due``, also one that
+``next_due`` had cut short; ``ctx.extend`` moves the worker's own budget
+deadline. Time moves only when a test moves it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import asyncio
 from datetime import timedelta
 
 from fake_backend import FakeBackend
+from fenceq.backends.protocol import JOBS_CHANNEL
 from fenceq.errors import ConfigError
 from fenceq.worker import App
 from fenceq.worker.claimer import NEXT_DUE_FROM, Claimer
@@ -80,6 +83,58 @@ async def test_a_retry_starts_when_its_backoff_ends(fake: FakeBackend, clock: Ma
     await until(lambda: fake.rows[job_id].status == "completed", clock, step=STEP)
     [failed_at] = [at for name, at, _ in fake.calls if name == "fail"]
     assert started == [0.0, failed_at + 2.0]
+    await stopped(runtime, task, clock)
+
+
+def claims_between(fake: FakeBackend, start: float, end: float) -> list[float]:
+    """When the claims from ``start`` to before ``end`` were made."""
+    return [at for name, at, _ in fake.calls if name in ("claim_next", "claim_batch") and start <= at < end]
+
+
+async def idle_runtime(fake: FakeBackend, clock: ManualClock, app: App) -> tuple[Runtime, asyncio.Task]:
+    """A running worker with a one-hour poll interval, settled into an idle
+    wait that only a notification or a job falling due can end."""
+    runtime = Runtime(app, settings_of(poll_interval=HOUR), open_backend=opener(fake), clock=clock)
+    task = asyncio.create_task(runtime.run())
+    await until(runtime.started.is_set)
+    for _ in range(24):  # every backoff step from 10 ms doubling: the claimer now waits a whole poll interval
+        clock.advance(HOUR)
+        await settle()
+    clock.advance(STEP)  # and has been waiting a while
+    await settle()
+    return runtime, task
+
+
+async def test_a_notification_of_a_job_due_later_ends_an_idle_wait_at_its_due_time(clock: ManualClock):
+    fake = FakeBackend(clock, notifications=True)
+    app, started = recording_starts(clock)
+    runtime, task = await idle_runtime(fake, clock, app)
+    submitted = clock.now
+    fake.submit("mark", run_at=fake.now() + timedelta(seconds=3))
+    fake.notify(JOBS_CHANNEL, "q")
+    await until(lambda: started, clock, step=STEP)
+    assert started == [submitted + 3.0], "at its due time, not at the next poll an hour away"
+    assert claims_between(fake, submitted, submitted + 3.0) == [submitted], "one claim, on the notification"
+    await stopped(runtime, task, clock)
+
+
+async def test_a_notification_during_a_wait_cut_short_by_next_due_asks_next_due_again(clock: ManualClock):
+    """Woken before the due time next_due named, the claimer does not start
+    polling from 10 ms again: it claims once and asks next_due."""
+    fake = FakeBackend(clock, notifications=True)
+    app, started = recording_starts(clock)
+    runtime, task = await idle_runtime(fake, clock, app)
+    fake.submit("mark", run_at=fake.now() + timedelta(seconds=100))
+    fake.notify(JOBS_CHANNEL, "q")
+    await settle()  # claimed nothing; now waiting for the job due in 100 s, as next_due said
+    clock.advance(STEP)
+    await settle()
+    submitted = clock.now
+    fake.submit("mark", run_at=fake.now() + timedelta(seconds=3))
+    fake.notify(JOBS_CHANNEL, "q")
+    await until(lambda: started, clock, step=STEP)
+    assert started == [submitted + 3.0]
+    assert claims_between(fake, submitted, submitted + 3.0) == [submitted], "one claim, then next_due"
     await stopped(runtime, task, clock)
 
 

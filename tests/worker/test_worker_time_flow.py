@@ -2,7 +2,8 @@
 one-hour poll interval and no notification, a delayed job and a retry still
 run, and the claimer's idle wait was computed from ``next_due``'s answer
 (the exact wake-up times are the unit tests', on a manual clock:
-tests/unit/test_worker_time.py). ``ctx.extend`` grows the claim's budget in
+tests/unit/test_worker_time.py); on PostgreSQL a job submitted for later
+while the worker sleeps wakes it to ask ``next_due``. ``ctx.extend`` grows the claim's budget in
 the database, from a thread handler and from an async one. Nothing here
 measures time."""
 
@@ -12,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import running
+from conftest import async_wait_for, running
 from fenceq.worker import App, Worker
 from test_worker_runtime import aclient, wait_status  # noqa: F401 - a fixture
 
@@ -100,3 +101,31 @@ async def test_ctx_extend_grows_the_claims_budget(db, aclient, later, handler): 
     [attempt] = await aclient.attempts(job_id)
     assert seen == [(True, True)]
     assert job.budget_expires_at >= attempt.claimed_at + timedelta(minutes=10), "from 30 s to 10 minutes"
+
+
+async def test_an_idle_worker_hears_of_a_job_due_before_its_next_poll(pg):
+    """PostgreSQL, with notifications: a job submitted for later while the
+    worker sleeps through a long idle wait is announced (version 4), the
+    worker asks next_due at once, and the job runs when due rather than when
+    the wait ends. The job is submitted once the worker's waits have grown
+    to 2.56 s, to fall due 1 s later: had the worker slept on, it would have
+    found the job already due and claimed it with no next_due naming its due
+    time in between. (A stalled test could only submit too late and pass
+    without proving this; it can never fail for it.)"""
+    client = await pg.connect_async()
+    try:
+        await client.create_queue("soon", lease=timedelta(seconds=60))
+        recorder = RecordNextDue()
+        app = App(queues=["soon"])
+
+        @app.task("mark")
+        def mark(ctx):
+            pass
+
+        async with running(Worker(app, url=pg.url, poll_interval=HOUR, reap_interval=None, wrap_client=recorder)):
+            await async_wait_for(lambda: len(recorder.answers) >= 6, what="the idle waits to grow to 2.56 s")
+            job_id = await client.submit("soon", "mark", run_at=datetime.now(timezone.utc) + timedelta(seconds=1))
+            job = await wait_status(client, job_id, "completed")
+        assert job.run_at in recorder.answers, "woken by the notification, the worker asked next_due"
+    finally:
+        await client.close()

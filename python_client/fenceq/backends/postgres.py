@@ -35,8 +35,8 @@ from ..types import DeadLetter, Job
 from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import answer
 
-# NOTIFY wakes workers, so polling is only the fallback (and catches jobs
-# whose run_at arrives, which send no notification).
+# NOTIFY wakes workers (also for a job due later: they then time their wait
+# with next_due), so polling is only the fallback for missed notifications.
 CAPABILITIES = Capabilities(notifications=True, poll_interval=5.0, control_poll=5.0)
 
 # pg_try_advisory_xact_lock keys of the worker fleet's duties (migrations

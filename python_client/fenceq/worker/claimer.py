@@ -58,10 +58,15 @@ class Claimer:
                 idle = FIRST_IDLE_WAIT
                 continue
             wait = await self.idle_wait(idle)
-            await state.clock.wait(state.wake, wait)
-            # Woken for a job falling due: claim again briskly, in case the
-            # database's clock is a little behind this one.
-            idle = FIRST_IDLE_WAIT if wait < idle else min(idle * 2, poll_interval)
+            until = state.clock.monotonic() + wait
+            woken = await state.clock.wait(state.wake, wait)
+            # At the moment next_due named: claim again briskly, in case the
+            # database's clock is a little behind this one. Woken before it
+            # (a notification, a freed slot): keep backing off, so that the
+            # next idle wait asks next_due again rather than polling from
+            # 10 ms up.
+            reached_due = wait < idle and (not woken or state.clock.monotonic() >= until)
+            idle = FIRST_IDLE_WAIT if reached_due else min(idle * 2, poll_interval)
 
     async def idle_wait(self, backoff: float) -> float:
         """How long to wait after a claim found nothing: the backoff, cut
