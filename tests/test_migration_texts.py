@@ -25,8 +25,10 @@ RELEASED = {
     "migrations/postgres/sql/0003_fenceq_v3.sql": "4a23d2530c151e71503e4914ad7480891acee8ab1c3fad8aa22f008a6e4e54cd",
     "migrations/sqlite/0003_fenceq_v3.py": "3bb00c22de24e7706f8fe1973b0a7f70eaec9c9e1cfee685d1cff7eb1648a5ad",
     "migrations/sqlite/sql/0003_fenceq_v3.sql": "879c84e594bfbc87de64c0d51cae60d31204928e9dff2aeb7523d6390a16c71d",
-    "migrations/postgres/0004_fenceq_v4.py": "acb29c9796be42daf14201fcc99ae61a2bdac9764ce05773d0dbf035dd22343a",
-    "migrations/postgres/sql/0004_fenceq_v4.sql": "c598be7867bf91eac9462a04092c7693d004aef88a9dc4246caf017d10cbeed5",
+    "migrations/postgres/0004_fenceq_v4.py": "bf528e4fa8cb142fc9b46ece1f37d2a21b735d38a53d8196262efbb639dec447",
+    "migrations/postgres/sql/0004_fenceq_v4.sql": "da414bed38a3066538977310e061fe73c5ce9d4051604c0854ceca65e2500c16",
+    "migrations/sqlite/0004_fenceq_v4.py": "898938d024c0e31026e0f986c8108d24ea17be48b6aab0d384979eadef506796",
+    "migrations/sqlite/sql/0004_fenceq_v4.sql": "355b1ea65a407023125d64966f74b7c3b140e93b87744a01d812f5a738369ebe",
 }
 
 V1_COMMIT = "8e56bfc"

@@ -8,15 +8,19 @@ figures). Version 4 sends it for every job that becomes pending and free to
 run, due now or later: ``submit`` and ``_submit`` (so ``submit_batch`` and
 ``tick``), a retry (``_retry_or_fail``: ``fail`` and ``reap``), ``release``
 with a later ``run_at``, and a dependent freed by its last dependency
-(``_settle_dependents``); the worker then re-reads ``next_due``.
-``version()`` answers '4'. The step applies sql/0004_fenceq_v4.sql: CREATE
+(``_settle_dependents``); the worker then re-reads ``next_due``. Two
+fixes to dependencies come with it: a ``submit_batch`` element stored
+cancelled because its own dependency already failed now cancels the
+earlier elements that wait on it (``_submit``; they waited forever), and
+``purge`` deletes the dependency edges of the jobs it deletes (they were
+kept forever). ``version()`` answers '4'. The step applies sql/0004_fenceq_v4.sql: CREATE
 OR REPLACE of exactly those functions (no signature changes, so nothing is
 dropped and nothing is overloaded; owners and grants stay), then the
 admission check (verify_schema).
 
 Lock impact: none on any table, index or view. Read from ``pg_locks``
 inside the step's open transaction, it holds no lock on a fenceq relation,
-only SHARE UPDATE EXCLUSIVE on the six replaced functions' own objects,
+only SHARE UPDATE EXCLUSIVE on the seven replaced functions' own objects,
 which calling a function never takes: claims, completions and submissions
 run meanwhile (tests/test_upgrade_v4.py), each session on the old bodies
 until the step commits.
@@ -32,7 +36,7 @@ from pathlib import Path
 from yoyo import step
 
 FOLDER = Path(__file__).parent / "sql"
-CHANGED = ("_settle_dependents", "_submit", "submit", "_retry_or_fail", "release", "version")
+CHANGED = ("_settle_dependents", "_submit", "submit", "_retry_or_fail", "release", "purge", "version")
 
 
 def _definition(text: str, name: str) -> str:

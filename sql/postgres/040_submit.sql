@@ -125,6 +125,8 @@ BEGIN
     IF v_depends_on IS NOT NULL THEN
         SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
           FROM fenceq._lock_dependencies(v_depends_on) AS d;
+        -- A job stored cancelled waits for nothing.
+        v_blocked_by := CASE WHEN v_dependency_failed THEN 0 ELSE v_blocked_by END;
     END IF;
     LOOP
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
@@ -169,6 +171,11 @@ BEGIN
         INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
         SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
           FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+        -- Stored cancelled: an earlier element of the same submit_batch may
+        -- already wait on this job, and is cancelled with it.
+        IF v_dependency_failed THEN
+            PERFORM fenceq._settle_dependents(ARRAY[v_job_id], false);
+        END IF;
     END IF;
     -- Due now or later: an idle worker re-reads next_due on the hint, so a
     -- job due before its next poll starts on time (docs/guarantees.md §13).

@@ -171,12 +171,12 @@ $$;
 COMMENT ON FUNCTION fenceq.get_job(text) IS 'One job as fenceq.jobs shows it, or no row.';
 
 -- purge: delete terminal jobs finished before now - older_than, oldest first,
--- at most max_rows, with their checkpoints and claim ledger rows (their
--- tokens are forgotten). Jobs with a dead letter that is neither replayed nor
--- discarded are kept; handled dead letters stay listed. Submission
--- identities outlive the purge unless submissions_older_than is given: then
--- up to max_rows identities older than that whose jobs are gone are
--- forgotten too, and replaying such a request creates a new job.
+-- at most max_rows, with their checkpoints, claim ledger rows (their tokens
+-- are forgotten) and dependency edges. Jobs with a dead letter that is
+-- neither replayed nor discarded are kept; handled dead letters stay listed.
+-- Submission identities outlive the purge unless submissions_older_than is
+-- given: then up to max_rows identities older than that whose jobs are gone
+-- are forgotten too, and replaying such a request creates a new job.
 -- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
 CREATE OR REPLACE FUNCTION fenceq.purge(
     older_than interval, max_rows integer DEFAULT 10000,
@@ -212,6 +212,10 @@ BEGIN
            FOR UPDATE SKIP LOCKED) AS t;
     DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
     DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    -- A terminal job's edges are settled (satisfied, or the dependent
+    -- cancelled): they go with it, either end.
+    DELETE FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_ids);
+    DELETE FROM fenceq._dependencies AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
     IF purge.submissions_older_than IS NOT NULL THEN
         v_cutoff := clock_timestamp() - purge.submissions_older_than;
@@ -226,7 +230,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
-    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints and ledger rows, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints, ledger rows and dependency edges, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
 
 -- replay_dead_letter: put a dead-lettered job back to pending with a fresh
 -- attempt budget; its submission identity and generation history are kept.

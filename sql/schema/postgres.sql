@@ -1487,6 +1487,8 @@ BEGIN
     IF v_depends_on IS NOT NULL THEN
         SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
           FROM fenceq._lock_dependencies(v_depends_on) AS d;
+        -- A job stored cancelled waits for nothing.
+        v_blocked_by := CASE WHEN v_dependency_failed THEN 0 ELSE v_blocked_by END;
     END IF;
     LOOP
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
@@ -1531,6 +1533,11 @@ BEGIN
         INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
         SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
           FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+        -- Stored cancelled: an earlier element of the same submit_batch may
+        -- already wait on this job, and is cancelled with it.
+        IF v_dependency_failed THEN
+            PERFORM fenceq._settle_dependents(ARRAY[v_job_id], false);
+        END IF;
     END IF;
     -- Due now or later: an idle worker re-reads next_due on the hint, so a
     -- job due before its next poll starts on time (docs/guarantees.md §13).
@@ -2707,6 +2714,10 @@ BEGIN
            FOR UPDATE SKIP LOCKED) AS t;
     DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
     DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    -- A terminal job's edges are settled (satisfied, or the dependent
+    -- cancelled): they go with it, either end.
+    DELETE FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_ids);
+    DELETE FROM fenceq._dependencies AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
     IF purge.submissions_older_than IS NOT NULL THEN
         v_cutoff := clock_timestamp() - purge.submissions_older_than;
@@ -2723,7 +2734,7 @@ $$;
 
 ALTER FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) IS 'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints and ledger rows, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+COMMENT ON FUNCTION fenceq.purge(older_than interval, max_rows integer, submissions_older_than interval) IS 'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints, ledger rows and dependency edges, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
 
 CREATE FUNCTION fenceq.reap(max_rows integer DEFAULT 1000) RETURNS TABLE(requeued integer, failed integer, cancelled integer, expired integer)
     LANGUAGE plpgsql SECURITY DEFINER

@@ -2,7 +2,9 @@
 --
 -- Why: see 0004_fenceq_v4.py. A pending job that is not due yet now sends
 -- fenceq_jobs like one due now, so that an idle worker re-reads next_due
--- and starts it on time rather than at its next poll. Only functions
+-- and starts it on time rather than at its next poll; a batch element
+-- stored cancelled cancels the elements waiting on it, and purge deletes
+-- the dependency edges of the jobs it deletes. Only functions
 -- change, none of their signatures: each is replaced in place (CREATE OR
 -- REPLACE keeps its owner and grants), then the admission check runs.
 -- No table, index or view is touched.
@@ -218,6 +220,8 @@ BEGIN
     IF v_depends_on IS NOT NULL THEN
         SELECT d.blocked_by, d.failed INTO v_blocked_by, v_dependency_failed
           FROM fenceq._lock_dependencies(v_depends_on) AS d;
+        -- A job stored cancelled waits for nothing.
+        v_blocked_by := CASE WHEN v_dependency_failed THEN 0 ELSE v_blocked_by END;
     END IF;
     LOOP
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
@@ -262,6 +266,11 @@ BEGIN
         INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
         SELECT e.id, v_job_id, coalesce(j.status = 'completed', false)
           FROM unnest(v_depends_on) AS e(id) LEFT JOIN fenceq._jobs AS j ON j.job_id = e.id;
+        -- Stored cancelled: an earlier element of the same submit_batch may
+        -- already wait on this job, and is cancelled with it.
+        IF v_dependency_failed THEN
+            PERFORM fenceq._settle_dependents(ARRAY[v_job_id], false);
+        END IF;
     END IF;
     -- Due now or later: an idle worker re-reads next_due on the hint, so a
     -- job due before its next poll starts on time (docs/guarantees.md §13).
@@ -476,6 +485,68 @@ END
 $$;
 COMMENT ON FUNCTION fenceq.release(text, text, bigint, text, timestamptz) IS
     'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+-- purge: delete terminal jobs finished before now - older_than, oldest first,
+-- at most max_rows, with their checkpoints, claim ledger rows (their tokens
+-- are forgotten) and dependency edges. Jobs with a dead letter that is
+-- neither replayed nor discarded are kept; handled dead letters stay listed.
+-- Submission identities outlive the purge unless submissions_older_than is
+-- given: then up to max_rows identities older than that whose jobs are gone
+-- are forgotten too, and replaying such a request creates a new job.
+-- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
+CREATE OR REPLACE FUNCTION fenceq.purge(
+    older_than interval, max_rows integer DEFAULT 10000,
+    submissions_older_than interval DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids text[];
+    v_cutoff timestamptz;
+BEGIN
+    PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
+                                   nullable => false, backwards => true);
+    PERFORM fenceq._check_interval(purge.submissions_older_than, 'submissions_older_than',
+                                   allow_zero => true, backwards => true);
+    IF purge.max_rows IS NULL OR purge.max_rows < 1 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be a positive integer');
+    END IF;
+    -- A variable, not clock_timestamp() inline, so the index can serve it.
+    v_cutoff := clock_timestamp() - purge.older_than;
+    SELECT coalesce(array_agg(t.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.finished_at < v_cutoff
+           AND j.status IN ('completed', 'failed', 'cancelled', 'expired')
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dead_letters AS d
+                            WHERE d.job_id = j.job_id
+                              AND d.replayed_at IS NULL AND d.discarded_at IS NULL)
+         ORDER BY j.finished_at
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED) AS t;
+    DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
+    DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
+    -- A terminal job's edges are settled (satisfied, or the dependent
+    -- cancelled): they go with it, either end.
+    DELETE FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_ids);
+    DELETE FROM fenceq._dependencies AS d WHERE d.job_id = ANY (v_ids);
+    DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    IF purge.submissions_older_than IS NOT NULL THEN
+        v_cutoff := clock_timestamp() - purge.submissions_older_than;
+        DELETE FROM fenceq._submissions AS s
+         WHERE s.submission_id IN (
+            SELECT o.submission_id FROM fenceq._submissions AS o
+             WHERE o.created_at < v_cutoff
+               AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = o.job_id)
+             LIMIT purge.max_rows);
+    END IF;
+    RETURN cardinality(v_ids);
+END
+$$;
+COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
+    'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints, ledger rows and dependency edges, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
 
 -- version: the installed schema version.
 CREATE OR REPLACE FUNCTION fenceq.version()
