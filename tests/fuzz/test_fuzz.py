@@ -8,9 +8,14 @@ FENCEQ_FUZZ_SEED picks other calls than the default seed's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 from pathlib import Path
+
+import psycopg
+import pytest
 
 import fenceq
 import fenceq.backends.sqlite
@@ -78,3 +83,41 @@ def test_every_sqlite_operation_has_a_client_method_to_fuzz():
     assert set(fuzz_sqlite.statement_files()) - fenceq.backends.sqlite.STATEMENT_PARTS <= set(operations)
     missing = [name for name in operations if not callable(getattr(fenceq.Client, name, None))]
     assert not missing, missing
+
+
+def _write(connect, statement: str, commit: bool) -> None:
+    with contextlib.closing(connect()) as conn:
+        conn.execute(statement)
+        conn.commit() if commit else conn.rollback()
+
+
+@pytest.mark.parametrize("engine", ["postgres", "sqlite"])
+def test_the_change_check_sees_every_committed_change_and_nothing_else(request, engine):
+    """A refused call changed nothing when State.changed() says so: its
+    cheap first look (row versions; SQLite's commit counter) must never
+    hide a committed change, and a write that was rolled back, or that
+    left the content as it was, is no change."""
+    if engine == "postgres":
+        url = request.getfixturevalue("pg").url
+        fuzzers, tables = Fuzzers(url, ""), "fenceq._jobs"
+        state = fuzzers.postgres().state
+        connect = lambda: psycopg.connect(url)  # noqa: E731
+    else:
+        url = request.getfixturevalue("sqlite_db").url
+        fuzzers, tables = Fuzzers("", url), "fenceq__jobs"
+        state = fuzzers.sqlite().state
+        connect = lambda: sqlite3.connect(fenceq.backends.sqlite.database_path(url))  # noqa: E731
+    try:
+        assert not state.changed()
+        _write(connect, f"UPDATE {tables} SET priority = priority + 1", commit=False)
+        assert not state.changed()
+        _write(connect, f"UPDATE {tables} SET priority = priority + 1 - 1", commit=True)
+        assert not state.changed()
+        _write(connect, f"UPDATE {tables} SET priority = priority + 1", commit=True)
+        assert state.changed()
+        assert not state.changed()  # it now holds the new content
+        _write(connect, f"DELETE FROM {tables} WHERE seq = (SELECT max(seq) FROM {tables})", commit=True)
+        assert state.changed()
+    finally:
+        fuzzers.close()
+
