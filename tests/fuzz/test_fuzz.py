@@ -21,7 +21,7 @@ import fenceq
 import fenceq.backends.sqlite
 import fuzz_sqlite
 from fuzz_outcomes import Tally
-from fuzz_run import Fuzzers, functions, run_calls
+from fuzz_run import ENGINES, Fuzzers, functions, merged_report, run_calls, section
 
 SHORT_CALLS = 50
 SEED = int(os.environ.get("FENCEQ_FUZZ_SEED", "0"))
@@ -121,3 +121,28 @@ def test_the_change_check_sees_every_committed_change_and_nothing_else(request, 
     finally:
         fuzzers.close()
 
+
+def _tally(engine: str, function: str, calls: int) -> Tally:
+    return Tally(engine, function, calls=calls, ok=calls)
+
+
+def test_a_partial_run_replaces_its_rows_and_keeps_the_others():
+    earlier = {"calls_per_function": 600, "seconds": 1608,
+               "tallies": [_tally(e, f, 600).as_json() for e in ENGINES for f in ("reap", "submit", "gone")]}
+    run = {"command": "make fuzz FUZZ_ENGINES=sqlite FUZZ_FUNCTIONS=submit", "calls_per_function": 1000,
+           "seconds": 60}
+    report = merged_report(earlier, run, [_tally("sqlite", "submit", 1000)], set())
+    rows = {(t["engine"], t["function"]): (t["calls"], t["run"]) for t in report["tallies"]}
+    assert len(rows) == 9 and rows[("sqlite", "submit")] == (1000, 1) and rows[("sqlite", "reap")] == (600, 0)
+    assert [r["command"] for r in report["runs"]] == ["make fuzz FUZZ_CALLS=600", run["command"]]
+    text = section(report)
+    assert "Gathered by 2 runs, 27.8 minutes in all" in text and "(600, 1000 calls per function)" in text
+    assert "| 2 | sqlite | submit | 1000 |" in text and "| 1 | sqlite | reap | 600 |" in text
+
+    # An engine that runs whole replaces all its rows; a run no row comes from is dropped.
+    whole = merged_report(report, {**run, "command": "make fuzz FUZZ_ENGINES=sqlite"},
+                          [_tally("sqlite", f, 1000) for f in ("reap", "submit")], {"sqlite"})
+    assert sorted(t["function"] for t in whole["tallies"] if t["engine"] == "sqlite") == ["reap", "submit"]
+    assert [r["command"] for r in whole["runs"]] == ["make fuzz FUZZ_CALLS=600", "make fuzz FUZZ_ENGINES=sqlite"]
+    alone = merged_report(None, run, [_tally(e, "submit", 1000) for e in ENGINES], set(ENGINES))
+    assert section(alone).splitlines()[1].startswith(f"`{run['command']}`: 3000 calls in 1.0 minutes")
