@@ -130,7 +130,7 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others():
     earlier = {"calls_per_function": 600, "seconds": 1608,
                "tallies": [_tally(e, f, 600).as_json() for e in ENGINES for f in ("reap", "submit", "gone")]}
     run = {"command": "make fuzz FUZZ_ENGINES=sqlite FUZZ_FUNCTIONS=submit", "calls_per_function": 1000,
-           "seconds": 60}
+           "seconds": 60, "calls": 1000}
     report = merged_report(earlier, run, [_tally("sqlite", "submit", 1000)], set())
     rows = {(t["engine"], t["function"]): (t["calls"], t["run"]) for t in report["tallies"]}
     assert len(rows) == 9 and rows[("sqlite", "submit")] == (1000, 1) and rows[("sqlite", "reap")] == (600, 0)
@@ -138,11 +138,12 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others():
     text = section(report)
     assert "Gathered by 2 runs, 27.8 minutes in all" in text and "(600, 1000 calls per function)" in text
     assert "| 2 | sqlite | submit | 1000 |" in text and "| 1 | sqlite | reap | 600 |" in text
+    assert "1. `make fuzz FUZZ_CALLS=600`: 4800 of its 5400 calls (the others ran again later) in 26.8 minutes" in text
 
     # An engine that runs whole replaces all its rows; a run no row comes from is dropped.
     whole = merged_report(report, {**run, "command": "make fuzz FUZZ_ENGINES=sqlite"},
                           [_tally("sqlite", f, 1000) for f in ("reap", "submit")], {"sqlite"})
     assert sorted(t["function"] for t in whole["tallies"] if t["engine"] == "sqlite") == ["reap", "submit"]
     assert [r["command"] for r in whole["runs"]] == ["make fuzz FUZZ_CALLS=600", "make fuzz FUZZ_ENGINES=sqlite"]
-    alone = merged_report(None, run, [_tally(e, "submit", 1000) for e in ENGINES], set(ENGINES))
+    alone = merged_report(None, {**run, "calls": 3000}, [_tally(e, "submit", 1000) for e in ENGINES], set(ENGINES))
     assert section(alone).splitlines()[1].startswith(f"`{run['command']}`: 3000 calls in 1.0 minutes")
