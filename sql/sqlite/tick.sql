@@ -50,9 +50,10 @@ SELECT sqlstate, message FROM (
           FROM (SELECT t.type, t.value ->> 'schedule' AS schedule, t.value ->> 'revision' AS revision,
                        t.value ->> 'next_run_at' AS n, t.value ->> 'occurrence' AS o,
                        t.value ->> 'following' AS f, t.value ->> 'fingerprint' AS fingerprint
-                  FROM json_each(CASE WHEN json_valid(:ticks)
-                                      THEN CASE WHEN json_type(:ticks) = 'array'
-                                                THEN :ticks END END) AS t) AS e
+                  FROM (SELECT a.type, CASE WHEN a.type = 'object' THEN a.value END AS value
+                          FROM json_each(CASE WHEN json_valid(:ticks)
+                                              THEN CASE WHEN json_type(:ticks) = 'array'
+                                                        THEN :ticks END END) AS a) AS t) AS e
          WHERE NOT coalesce(e.type = 'object' AND typeof(e.schedule) = 'text' AND typeof(e.revision) = 'integer'
                             AND e.n IS NOT NULL
                             AND (e.n IS NULL

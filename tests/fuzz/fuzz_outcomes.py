@@ -107,23 +107,32 @@ def shorten(text: str, limit: int = 600) -> str:
     return f"{text[:limit // 2]} …[{len(text) - limit} characters]… {text[-limit // 2:]}"
 
 
+# Calls made by one Hypothesis example: the engine's own cost per example
+# (its tree of choices, mutations, bookkeeping) is paid once for all of them.
+CALLS_PER_EXAMPLE = 10
+
+
 def drive(calls: int, start_seed: int, step: Callable[[Any], None]) -> None:
     """Run ``step(data)`` at least ``calls`` times under Hypothesis (generate
-    phase only: no shrinking, no example database). Hypothesis ends a run
-    early when it believes the space is exhausted; the loop starts another
-    with the next seed until the count is reached."""
+    phase only: no shrinking, no example database), ``CALLS_PER_EXAMPLE``
+    steps per example (so up to that many more than ``calls`` when it does
+    not divide them). Hypothesis ends a run early when it believes the
+    space is exhausted; the loop starts another with the next seed until
+    the count is reached. A step cut short by Hypothesis (an example that
+    overran its size) is not counted."""
     done = 0
     while done < calls:
         before = done
 
-        @settings(max_examples=calls - done, database=None, deadline=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
+        @settings(max_examples=-(-(calls - done) // CALLS_PER_EXAMPLE), database=None, deadline=None,
+                  phases=[Phase.generate], suppress_health_check=list(HealthCheck))
         @seed(start_seed + done)
         @given(st.data())
         def run(data: Any) -> None:
             nonlocal done
-            done += 1
-            step(data)
+            for _ in range(CALLS_PER_EXAMPLE):  # never fewer: an example's shape must not depend on state
+                step(data)
+                done += 1
 
         run()
         if done == before:

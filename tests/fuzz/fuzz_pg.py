@@ -218,7 +218,14 @@ class State:
         digests = ", ".join(f"(SELECT md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), ''))"
                             f" FROM fenceq.{table} AS t)" for table in self.tables)
         self.digest_query = f"SELECT ARRAY[{digests}]"
-        self.query = f"""SELECT ARRAY[{digests}],
+        # Every row version (where it lies, which transaction wrote it) of
+        # every table, in one hash: a committed insert, update or delete
+        # changes it; a rolled-back one cannot (its versions are invisible).
+        versions = " UNION ALL ".join(f"SELECT {quote(table)}, string_agg(ctid::text || ':' || xmin::text, ','"
+                                      f" ORDER BY ctid) FROM fenceq.{table}" for table in self.tables)
+        self.versions_query = f"SELECT md5(string_agg(t || '=' || coalesce(v, ''), ';')) FROM ({versions}) AS s(t, v)"
+        self.versions = ""
+        self.query = f"""SELECT ({self.versions_query}), ARRAY[{digests}],
             ARRAY(SELECT queue FROM fenceq._queues ORDER BY queue LIMIT 60),
             ARRAY(SELECT ARRAY[job_id, owner_id, generation::text, claim_token] FROM fenceq._jobs
                    WHERE status = 'claimed' ORDER BY job_id LIMIT 40),
@@ -235,13 +242,21 @@ class State:
         return self.context.pools
 
     def refresh(self) -> None:
-        digest, queues, live, stale, job_ids, dlq_ids, jobs = self.conn.execute(self.query).fetchone()
-        self.digest = digest
+        versions, digest, queues, live, stale, job_ids, dlq_ids, jobs = self.conn.execute(self.query).fetchone()
+        self.versions, self.digest = versions, digest
         self.context.pools = Pools(queues, [_fence(f) for f in live], [_fence(f) for f in stale],
                            [f[3] for f in stale], job_ids, dlq_ids, jobs)
 
-    def current_digest(self) -> list[str]:
-        return self.conn.execute(self.digest_query).fetchone()[0]
+    def changed(self) -> bool:
+        """Whether the committed content of some table differs from the
+        digest held. The digest is computed again only when a row version
+        changed (most calls commit no write); a write that left the content
+        as it was does not count. On True, ``refresh`` reads the new state."""
+        versions = self.conn.execute(self.versions_query).fetchone()[0]
+        if versions == self.versions:
+            return False
+        self.versions = versions
+        return self.conn.execute(self.digest_query).fetchone()[0] != self.digest
 
 
 def _fence(parts: list[str]) -> Fence4:
@@ -459,7 +474,6 @@ class Fuzzer:
         elif action < 12 or not state.pools.fences:
             churn(state, CHURN[action % len(CHURN)], salt)
         sql = data.draw(self.calls.call(function), label="call")
-        before = state.digest
         tally.calls += 1
         try:
             self.conn.execute(sql).fetchall()
@@ -469,14 +483,14 @@ class Fuzzer:
                 self.conn = self._connect()
                 self.state = State(self.conn, self.context)
                 return
-            self._refused(tally, sql, error, before)
+            self._refused(tally, sql, error)
             return
         tally.ok += 1
-        if state.current_digest() != before:
+        if state.changed():
             tally.changed += 1
             state.refresh()
 
-    def _refused(self, tally: Tally, sql: str, error: psycopg.Error, before: list[str]) -> None:
+    def _refused(self, tally: Tally, sql: str, error: psycopg.Error) -> None:
         code = error.sqlstate or f"client:{type(error).__name__}"
         if code.startswith("QF"):
             tally.qf[code] += 1
@@ -485,7 +499,7 @@ class Fuzzer:
         else:
             where = "inside fenceq" if inside_fenceq(error) else "before fenceq"
             tally.finding(code, sql, f"{where}: {str(error).splitlines()[0] if str(error) else ''}")
-        if self.state.current_digest() != before:
+        if self.state.changed():
             tally.finding("changed-on-refusal", sql, f"refused with {code}, yet a table changed")
             self.state.refresh()
 

@@ -5,6 +5,10 @@ into docs/fuzzing.md between its generated-section markers.
 
     python tests/fuzz/fuzz_run.py --url postgresql://postgres@127.0.0.1:54329/postgres
 
+--engines and --functions run a part (a run can be split over sittings);
+its counts are merged into the report: they replace the rows of what ran
+and keep the others, and each row names the run it comes from.
+
 Exits 1 when a function was not fuzzed enough or a finding is not in
 fuzz_outcomes.KNOWN_FINDINGS. The short profile of ``make test`` is
 tests/fuzz/test_fuzz.py, which uses the same pieces.
@@ -135,27 +139,101 @@ def _codes(counter: Any) -> str:
     return ", ".join(f"{code} {n}" for code, n in sorted(counter.items())) or "–"
 
 
-def table(tallies: list[Tally]) -> str:
+def table(tallies: list[Tally], runs: list[int] | None = None) -> str:
+    """The counts as a Markdown table; with ``runs``, a first column names
+    the run each row comes from."""
     lines = ["| engine | function | calls | ok | ok, changed state | QF codes | allowed pre-fenceq | findings |",
              "|---|---|---:|---:|---:|---|---|---|"]
-    for t in tallies:
+    if runs:
+        lines = ["| run " + lines[0], "|---:" + lines[1]]
+    for i, t in enumerate(tallies):
         found = ", ".join(f"{k} {f.count}" + ("" if (t.engine, t.function, k) in KNOWN_FINDINGS else " (NEW)")
                           for k, f in sorted(t.findings.items())) or "–"
-        lines.append(f"| {t.engine} | {t.function} | {t.calls} | {t.ok} | {t.changed} | {_codes(t.qf)} "
+        lines.append(("| " + str(runs[i]) + " " if runs else "")
+                     + f"| {t.engine} | {t.function} | {t.calls} | {t.ok} | {t.changed} | {_codes(t.qf)} "
                      f"| {_codes(t.pre)} | {found} |")
     return "\n".join(lines)
 
 
-def write_report(tallies: list[Tally], seconds: float, calls: int, command: str) -> None:
-    COUNTS.write_text(json.dumps({"calls_per_function": calls, "seconds": round(seconds),
-                                  "tallies": [t.as_json() for t in tallies]}, indent=1, ensure_ascii=False) + "\n")
-    total = sum(t.calls for t in tallies)
-    section = (f"{START}\n`{command}`: {total} calls in {seconds / 60:.1f} minutes "
-               f"(at least {calls} per function per engine).\n\n{table(tallies)}\n{END}")
+def _runs_and_tallies(report: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A report's runs, and its tallies each with the index of its run (a
+    report written before runs were recorded is one run)."""
+    if "runs" in report:
+        return report["runs"], report["tallies"]
+    calls = report["calls_per_function"]
+    run = {"command": command_line(calls, None, None), "calls_per_function": calls, "seconds": report["seconds"],
+           "calls": sum(t["calls"] for t in report["tallies"])}
+    return [run], [t | {"run": 0} for t in report["tallies"]]
+
+
+def merged_report(previous: dict[str, Any] | None, run: dict[str, Any], tallies: list[Tally],
+                  whole_engines: set[str]) -> dict[str, Any]:
+    """The previous report with this run's tallies in place of the rows of
+    the same engine and function; an engine that ran whole loses its other
+    rows too (functions gone since). Runs no row comes from are dropped."""
+    runs, kept = _runs_and_tallies(previous) if previous else ([], [])
+    ran = {(t.engine, t.function) for t in tallies}
+    kept = [t for t in kept if (t["engine"], t["function"]) not in ran and t["engine"] not in whole_engines]
+    rows = [(runs[t["run"]], t) for t in kept] + [(run, t.as_json()) for t in tallies]
+    order = {engine: i for i, engine in enumerate(ENGINES)}
+    rows.sort(key=lambda r: (order.get(r[1]["engine"], len(order)), r[1]["engine"], r[1]["function"]))
+    used: list[dict[str, Any]] = []
+    for source, _ in rows:
+        if not any(source is u for u in used):
+            used.append(source)
+    return {"runs": used, "tallies": [t | {"run": next(i for i, u in enumerate(used) if u is source)}
+                                      for source, t in rows]}
+
+
+def section(report: dict[str, Any]) -> str:
+    """The generated section of docs/fuzzing.md: how the counts were
+    gathered (each run: its command, calls, minutes), then the table; a
+    row names its run when there are several."""
+    runs, rows = _runs_and_tallies(report)
+    tallies = [_tally_from(t) for t in rows]
+
+    def describe(i: int, run: dict[str, Any]) -> str:
+        kept = sum(t.calls for t, row in zip(tallies, rows) if row["run"] == i)
+        calls = (f"{kept} calls" if kept == run["calls"]
+                 else f"{kept} of its {run['calls']} calls (the others ran again later)")
+        return (f"`{run['command']}`: {calls} in {run['seconds'] / 60:.1f} minutes "
+                f"(at least {run['calls_per_function']} per function per engine)")
+
+    minutes = sum(r["seconds"] for r in runs) / 60
+    if len(runs) == 1:
+        head = describe(0, runs[0]) + "."
+    else:
+        asked = sorted({r["calls_per_function"] for r in runs})
+        mixed = (f" The runs asked for different counts ({', '.join(map(str, asked))} calls per function):"
+                 " each row's run says which." if len(asked) > 1 else "")
+        head = (f"Gathered by {len(runs)} runs, {minutes:.1f} minutes in all; the column run names "
+                f"the run of each row.{mixed}\n\n"
+                + "\n".join(f"{i + 1}. {describe(i, run)}" for i, run in enumerate(runs)))
+    return f"{START}\n{head}\n\n{table(tallies, [r['run'] + 1 for r in rows] if len(runs) > 1 else None)}\n{END}"
+
+
+def write_report(report: dict[str, Any]) -> None:
+    COUNTS.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     text = DOC.read_text(encoding="utf-8")
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
-    DOC.write_text(head + section + tail, encoding="utf-8")
+    DOC.write_text(head + section(report) + tail, encoding="utf-8")
+
+
+def command_line(calls: int, engines: str | None, names: str | None) -> str:
+    """The make command that runs what these arguments ran."""
+    parts = ["make fuzz"] + ([f"FUZZ_CALLS={calls}"] if calls != 10_000 else [])
+    parts += [f"FUZZ_ENGINES={engines}"] if engines else []
+    parts += [f"FUZZ_FUNCTIONS={names}"] if names else []
+    return " ".join(parts)
+
+
+def _listed(text: str, known: Any, parser: argparse.ArgumentParser, option: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = sorted(set(items) - set(known))
+    if unknown or not items:
+        parser.error(f"{option}: unknown {', '.join(unknown) or '(empty)'}; known: {', '.join(known)}")
+    return [k for k in known if k in items]
 
 
 def main() -> int:
@@ -164,8 +242,11 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=10_000, help="calls per function per engine")
     parser.add_argument("--chunk", type=int, default=2_500, help="calls per task")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--engines", help=f"a comma list of {','.join(ENGINES)} (default: all)")
+    parser.add_argument("--functions", help="a comma list of function names (default: all)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
+    engines = _listed(args.engines, ENGINES, parser, "--engines") if args.engines else ENGINES
 
     from fenceq.migrate import migrate
 
@@ -178,12 +259,15 @@ def main() -> int:
     try:
         migrate(f"{base}/{template}")
         local = Fuzzers(f"{base}/{template}", migrated_sqlite_url(scratch_folder()))
-        names = {engine: functions(engine, local) for engine in ENGINES}
+        names = {engine: functions(engine, local) for engine in engines}
         local.close()
+        if args.functions:
+            wanted = _listed(args.functions, sorted({n for e in engines for n in names[e]}), parser, "--functions")
+            names = {engine: [n for n in found if n in wanted] for engine, found in names.items()}
         tasks = [(engine, name, min(args.chunk, args.calls - done), seed)
-                 for engine in ENGINES for name in names[engine]
+                 for engine in engines for name in names[engine]
                  for seed, done in enumerate(range(0, args.calls, args.chunk))]
-        tallies = {(e, n): Tally(e, n) for e in ENGINES for n in names[e]}
+        tallies = {(e, n): Tally(e, n) for e in engines for n in names[e]}
         print(f"fuzz: {len(tasks)} tasks, {sum(t[2] for t in tasks)} calls, {args.workers} workers", flush=True)
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context, initializer=_start_worker,
@@ -206,8 +290,10 @@ def main() -> int:
     print(table(result))
     print(f"fuzz: {sum(t.calls for t in result)} calls in {seconds / 60:.1f} minutes")
     if not args.no_write:
-        command = "make fuzz" if args.calls == 10_000 else f"make fuzz FUZZ_CALLS={args.calls}"
-        write_report(result, seconds, args.calls, command)
+        run = {"command": command_line(args.calls, args.engines, args.functions), "calls_per_function": args.calls,
+               "seconds": round(seconds), "workers": args.workers, "calls": sum(t.calls for t in result)}
+        previous = json.loads(COUNTS.read_text()) if COUNTS.exists() else None
+        write_report(merged_report(previous, run, result, set() if args.functions else set(engines)))
     short = [t for t in result if t.calls < args.calls]
     new = [(t.engine, t.function, k, f) for t in result for k, f in t.unexpected().items()]
     for engine, function, kind, found in new:

@@ -67,19 +67,38 @@ class State:
             str(i + 1) for i in range(len(self.reader.execute(f'PRAGMA table_info("{t}")').fetchall())))
             for t in self.tables]
         self.digest = ""
+        self.data_version = -1
         self.refresh()
 
     def current_digest(self) -> str:
         hasher = hashlib.md5()
         for scan in self.scans:
             hasher.update(scan.encode())
-            for row in self.reader.execute(scan):
-                hasher.update(repr(row).encode("utf-8", "surrogatepass"))
+            hasher.update(repr(self.reader.execute(scan).fetchall()).encode("utf-8", "surrogatepass"))
         return hasher.hexdigest()
+
+    def _data_version(self) -> int:
+        """SQLite's count of commits by other connections to the file, as
+        this connection sees it: unchanged means nothing was committed."""
+        return self.reader.execute("PRAGMA data_version").fetchone()[0]
+
+    def changed(self) -> bool:
+        """Whether the committed content of some table differs from the
+        digest held (and now holds the new one). The digest is computed
+        again only when a commit happened; a commit that left the content as
+        it was does not count. On True, ``refresh`` reads the new pools."""
+        version = self._data_version()
+        if version == self.data_version:
+            return False
+        self.data_version = version
+        digest, self.digest = self.digest, self.current_digest()
+        return digest != self.digest
 
     def refresh(self) -> None:
         run = self.reader.execute
-        self.digest = self.current_digest()
+        version = self._data_version()
+        if version != self.data_version:
+            self.data_version, self.digest = version, self.current_digest()
         live = run("SELECT job_id, owner_id, generation, claim_token FROM fenceq__jobs"
                    " WHERE status = 'claimed' ORDER BY job_id LIMIT 40").fetchall()
         stale = run("SELECT job_id, owner_id, generation, claim_token FROM fenceq__claims"
@@ -392,47 +411,45 @@ class Fuzzer:
     def fuzz_client(self, name: str, tally: Tally, data: Any) -> None:
         self._prelude(data)
         positional, keywords = data.draw(self.python_calls.call(name), label="call")
-        before = self.state.digest
         tally.calls += 1
         try:
             getattr(self.client, name)(*positional, **keywords)
         except fenceq.FenceqError as error:
-            self._refused(tally, error.sqlstate or type(error).__name__, (name, positional, keywords), before)
+            self._refused(tally, error.sqlstate or type(error).__name__, (name, positional, keywords))
             return
         except Exception as error:  # a raw error escaping the client is a finding
-            self._refused(tally, type(error).__name__, (name, positional, keywords), before)
+            self._refused(tally, type(error).__name__, (name, positional, keywords))
             return
-        self._succeeded(tally, before)
+        self._succeeded(tally)
 
     def fuzz_file(self, name: str, tally: Tally, data: Any) -> None:
         self._prelude(data)
         bound = data.draw(self.wire_calls.call(name), label="parameters")
-        before = self.state.digest
         tally.calls += 1
         try:
             code = run_file(self.raw, name, bound)
         except Exception as error:
-            self._refused(tally, f"{type(error).__name__}", (name, bound), before, str(error))
+            self._refused(tally, f"{type(error).__name__}", (name, bound), str(error))
             return
         if code is not None:
-            self._refused(tally, code, (name, bound), before)
+            self._refused(tally, code, (name, bound))
         else:
-            self._succeeded(tally, before)
+            self._succeeded(tally)
 
-    def _succeeded(self, tally: Tally, before: str) -> None:
+    def _succeeded(self, tally: Tally) -> None:
         tally.ok += 1
-        if self.state.current_digest() != before:
+        if self.state.changed():
             tally.changed += 1
             self.state.refresh()
 
-    def _refused(self, tally: Tally, code: str, call: Any, before: str, message: str = "") -> None:
+    def _refused(self, tally: Tally, code: str, call: Any, message: str = "") -> None:
         if code.startswith("QF"):
             tally.qf[code] += 1
         elif code in SQLITE_DOCUMENTED_CODES:
             tally.pre[code] += 1
         else:
             tally.finding(code, _show(call), message or code)
-        if self.state.current_digest() != before:
+        if self.state.changed():
             tally.finding("changed-on-refusal", _show(call), f"refused with {code}, yet a table changed")
             self.state.refresh()
 

@@ -5,7 +5,8 @@ numbers, JSON documents, durations, moments). Each engine turns them into
 what it sends: SQL literals for PostgreSQL (fuzz_pg.py), client arguments or
 driver parameters for SQLite (fuzz_sqlite.py). Big values (MiBs, thousands
 of levels) are built from a drawn size, never drawn element by element, so
-Hypothesis stays fast.
+Hypothesis stays fast, and each is built once per process and then reused
+(the callers only serialise them, never change them).
 """
 
 from __future__ import annotations
@@ -98,11 +99,13 @@ ODD_JSON_TEXTS = [
 ]
 
 
+@functools.cache
 def deep_text(depth: int, opener: str) -> str:
     closer = {"[": "]", '{"k":': "}"}[opener]
     return opener * depth + "1" + closer * depth
 
 
+@functools.cache
 def deep_value(depth: int, as_object: bool) -> object:
     value: object = 1
     for _ in range(depth):
@@ -110,6 +113,7 @@ def deep_value(depth: int, as_object: bool) -> object:
     return value
 
 
+@functools.cache
 def huge_text(size: int, shape: str) -> str:
     """A JSON text of about ``size`` bytes: one long string, a long array or
     a wide object."""
@@ -120,6 +124,7 @@ def huge_text(size: int, shape: str) -> str:
     return "{" + ",".join(f'"k{i:07d}":1' for i in range(size // 13)) + "}"
 
 
+@functools.cache
 def huge_value(size: int, shape: str) -> object:
     if shape == "string":
         return "x" * (size - 2)

@@ -281,3 +281,13 @@ def test_claim_batch_with_null_claim_tokens_is_refused_and_changes_nothing(sqlit
     assert answer["sqlstate"] == "QF100"
     assert _every_row(path) == before
     assert run_file(path, "claim_batch", claim | {"claim_tokens": '["t-1"]'})[0]["sqlstate"] is None
+
+
+@pytest.mark.parametrize("ticks", ['["s"]', '["s", true]', '["s", {"schedule": "s"}]'])
+def test_tick_with_an_element_that_is_not_an_object_is_refused_and_changes_nothing(sqlite_db, ticks):
+    """Found by the fuzzer: a string element was read as JSON ('malformed JSON')."""
+    path = _jobs_for_every_limit(sqlite_db)
+    before = _every_row(path)
+    (answer,) = run_file(path, "tick", {"max_rows": 10, "ticks": ticks})
+    assert answer["sqlstate"] == "QF100"
+    assert _every_row(path) == before

@@ -44,7 +44,8 @@ SELECT sqlstate, message FROM (
           FROM (SELECT t.type, t.value ->> 'schedule' AS schedule, t.value ->> 'revision' AS revision,
                        t.value ->> 'next_run_at' AS n, t.value ->> 'occurrence' AS o,
                        t.value ->> 'following' AS f, t.value ->> 'fingerprint' AS fingerprint
-                  FROM json_each({{as_json_array(:ticks)}}) AS t) AS e
+                  FROM (SELECT a.type, CASE WHEN a.type = 'object' THEN a.value END AS value
+                          FROM json_each({{as_json_array(:ticks)}}) AS a) AS t) AS e
          WHERE NOT coalesce(e.type = 'object' AND typeof(e.schedule) = 'text' AND typeof(e.revision) = 'integer'
                             AND e.n IS NOT NULL
                             AND {{optional_utc_text(e.n)}}
