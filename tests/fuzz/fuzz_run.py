@@ -21,6 +21,7 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -40,10 +41,13 @@ START, END = "<!-- fuzz-counts:start -->", "<!-- fuzz-counts:end -->"
 ENGINES = ("postgres", "sqlite", "sqlite-file")
 
 
-def scratch_folder() -> str:
+SCRATCH_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def scratch_folder(prefix: str = "fenceq-fuzz-") -> str:
     """SQLite files live in memory where the machine has /dev/shm (a commit
     is an fsync under synchronous = FULL)."""
-    return tempfile.mkdtemp(prefix="fenceq-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    return tempfile.mkdtemp(prefix=prefix, dir=SCRATCH_DIR)
 
 
 class Fuzzers:
@@ -115,7 +119,7 @@ def _start_worker(server_url: str, template: str, prefix: str) -> None:
     name = f"{prefix}{os.getpid()}"
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    _worker = Fuzzers(server_url.rsplit("/", 1)[0] + "/" + name, migrated_sqlite_url(scratch_folder()))
+    _worker = Fuzzers(server_url.rsplit("/", 1)[0] + "/" + name, migrated_sqlite_url(scratch_folder(prefix)))
 
 
 def _task(engine: str, name: str, calls: int, seed: int) -> dict[str, Any]:
@@ -258,7 +262,7 @@ def main() -> int:
     started = time.monotonic()
     try:
         migrate(f"{base}/{template}")
-        local = Fuzzers(f"{base}/{template}", migrated_sqlite_url(scratch_folder()))
+        local = Fuzzers(f"{base}/{template}", migrated_sqlite_url(scratch_folder(prefix)))
         names = {engine: functions(engine, local) for engine in engines}
         local.close()
         if args.functions:
@@ -285,6 +289,8 @@ def main() -> int:
             for (name,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
                                         (prefix.replace("_", "\\_") + "%",)).fetchall():
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for folder in Path(SCRATCH_DIR).glob(f"{prefix}*"):
+            shutil.rmtree(folder, ignore_errors=True)  # this run's SQLite files, the workers' too
     seconds = time.monotonic() - started
     result = list(tallies.values())
     print(table(result))
