@@ -257,3 +257,18 @@ def test_sqlite_rollback_to_3_refuses_while_a_job_waits_then_frees_it(sqlite_db)
         job = client.get_job(b)
         assert (job.status, job.blocked_by) == ("pending", 0)
         assert sorted(filter(None, (run_next(client), run_next(client)))) == sorted([a, b])
+
+
+def test_pending_pages_list_a_waiting_job_once_at_the_run_at_it_asked_for(db):
+    with db.connect() as client:
+        client.create_queue("default")
+        soon = datetime.now(timezone.utc) + timedelta(hours=1)
+        first = client.submit("default", "a", run_at=soon + timedelta(minutes=5))
+        waiting = [client.submit("default", "b", run_at=soon, depends_on=[first]) for _ in range(3)]
+        later = client.submit("default", "c", run_at=soon + timedelta(minutes=10))
+        seen, after = [], None
+        while page := client.pending_jobs("default", after=after, limit=2):
+            seen += [j.job_id for j in page]
+            last = page[-1]
+            after = (last.priority, last.run_at, last.job_id)
+        assert seen == sorted(waiting) + [first, later]

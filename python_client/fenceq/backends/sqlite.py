@@ -73,12 +73,15 @@ def _micros(parameter: str) -> str:
 
 _TASK_FILTER = "(:task IS NULL OR t.task = :task)"
 _QUEUE_FILTER = "(:queue IS NULL OR t.queue = :queue)"
+# A job waiting on dependencies is listed at the run_at it asked for (as
+# fenceq_jobs shows it), not at the year-10000 run_at it waits at.
+_SHOWN_RUN_AT = "coalesce(t.blocked_run_at, t.run_at)"
 _PENDING_BRANCH = ("SELECT * FROM (" + _JOBS_BY.format(index="fenceq__jobs_claim_idx")
                    + " WHERE t.status = 'pending' AND t.queue = :queue AND {after} AND " + _TASK_FILTER
-                   + " ORDER BY t.priority DESC, t.run_at, t.job_id LIMIT :limit)")
-_PENDING_AFTER = (f"t.priority = :after_priority AND t.run_at = {_micros(':after_run_at')}"
+                   + f" ORDER BY t.priority DESC, {_SHOWN_RUN_AT}, t.job_id LIMIT :limit)")
+_PENDING_AFTER = (f"t.priority = :after_priority AND {_SHOWN_RUN_AT} = {_micros(':after_run_at')}"
                   " AND t.job_id > :after_job_id",
-                  f"t.priority = :after_priority AND t.run_at > {_micros(':after_run_at')}",
+                  f"t.priority = :after_priority AND {_SHOWN_RUN_AT} > {_micros(':after_run_at')}",
                   "t.priority < :after_priority")
 _FINISHED_BEFORE = f"coalesce({_micros(':after_finished_at')}, 9223372036854775807)"
 _VIEWS.update({
