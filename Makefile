@@ -56,7 +56,7 @@ schema: install pg-start
 # The PostgreSQL half of the suite on PostgreSQL 16, from the pgserver wheel
 # (its pg_dump too). The wheel's build lacks auto_explain and ICU, and the
 # committed schema dump is PostgreSQL 15's deparse: those tests stay on 15.
-PG16_PORT := 54333
+PG16_PORT ?= 54333
 PG16_BINDIR = $(shell $(BIN)/python -c 'import importlib.util as u, os; \
 	print(os.path.join(u.find_spec("pgserver").submodule_search_locations[0], "pginstall", "bin"))')
 
@@ -74,7 +74,7 @@ test-pg16: install $(VENV)/.pg16-installed
 # The conformance suite (the PostgreSQL half of the db fixture) with its
 # clients going through PgBouncer in transaction mode, two server
 # connections per database, in front of the PostgreSQL 15 test server.
-PGBOUNCER_PORT := 54332
+PGBOUNCER_PORT ?= 54332
 
 test-pgbouncer: install pg-start
 	scripts/pgbouncer-test-server --port $(PGBOUNCER_PORT) --upstream-port $(FENCEQ_TEST_PG_PORT) --pool-size 2 start >/dev/null
