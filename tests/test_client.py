@@ -172,3 +172,12 @@ def test_batch_calls_naming_one_job_twice_answer_as_calls_in_order(client, queue
     assert client.heartbeat_batch([stale, c.fence, c.fence]) == [False, True, True]
     assert client.complete_batch([stale, c.fence, c.fence], ["a", "b", "c"]) == [False, True, False]
     assert client.get_job(c.job_id).result == "b"
+
+
+def test_complete_batch_keeps_every_result_exactly(client, queue):
+    results = [12345678901234567890123, 1.5, 0.1, -2, 0.00000025, -1.75, "é\n\"x\\\u0001😀", None, True, False,
+               [], {}, {"b": [1.25, 10**25], "a": {"z": None}}, "", 7]
+    client.submit_batch(queue, [{"task": "t"} for _ in results])
+    claims = client.claim_batch([queue], "w", [fenceq.new_claim_token() for _ in results])
+    assert client.complete_batch([c.fence for c in claims], results) == [True] * len(results)
+    assert [client.get_job(c.job_id).result for c in claims] == results

@@ -47,28 +47,46 @@ SELECT sqlstate, message FROM (
      WHERE NOT (instr(replace(:job_ids, '\\', ''), '\u0000') = 0 AND instr(replace(:owner_ids, '\\', ''), '\u0000') = 0
                 AND instr(replace(:claim_tokens, '\\', ''), '\u0000') = 0)
            OR EXISTS (SELECT 1
-                        FROM json_each(CASE WHEN json_valid(:job_ids)
-                                            THEN CASE WHEN json_type(:job_ids) = 'array'
-                                                      THEN :job_ids END END) AS a
-                             JOIN json_each(CASE WHEN json_valid(:owner_ids)
-                                                 THEN CASE WHEN json_type(:owner_ids) = 'array'
-                                                           THEN :owner_ids END END) AS o ON o.key = a.key
-                             JOIN json_each(CASE WHEN json_valid(:generations)
-                                                 THEN CASE WHEN json_type(:generations) = 'array'
-                                                           THEN :generations END END) AS g ON g.key = a.key
-                             JOIN json_each(CASE WHEN json_valid(:claim_tokens)
-                                                 THEN CASE WHEN json_type(:claim_tokens) = 'array'
-                                                           THEN :claim_tokens END END) AS t ON t.key = a.key
-                       WHERE NOT (a.type = 'text'
-                                  AND (typeof(a.value) = 'text' AND length(a.value) BETWEEN 1 AND 36
-                                       AND instr(CAST(a.value AS BLOB), x'00') = 0)
-                                  AND o.type = 'text'
-                                  AND (typeof(o.value) = 'text' AND length(o.value) BETWEEN 1 AND 255
-                                       AND instr(CAST(o.value AS BLOB), x'00') = 0)
-                                  AND t.type = 'text'
-                                  AND (typeof(t.value) = 'text' AND length(t.value) BETWEEN 1 AND 255
-                                       AND instr(CAST(t.value AS BLOB), x'00') = 0)
-                                  AND typeof(g.value) = 'integer' AND g.value >= 1))
+                        FROM (SELECT e.key AS i,
+                                     max(CASE WHEN e.part = 1 THEN e.value END) AS job_id,
+                                     max(CASE WHEN e.part = 1 THEN e.type END) AS job_type,
+                                     max(CASE WHEN e.part = 2 THEN e.value END) AS owner_id,
+                                     max(CASE WHEN e.part = 2 THEN e.type END) AS owner_type,
+                                     max(CASE WHEN e.part = 3 THEN e.value END) AS generation,
+                                     max(CASE WHEN e.part = 4 THEN e.value END) AS claim_token,
+                                     max(CASE WHEN e.part = 4 THEN e.type END) AS token_type
+                                FROM (SELECT 1 AS part, key, value, type
+                                        FROM json_each(CASE WHEN json_valid(:job_ids)
+                                                            THEN CASE WHEN json_type(:job_ids) = 'array'
+                                                                      THEN :job_ids END END)
+                                      UNION ALL
+                                      SELECT 2, key, value, type
+                                        FROM json_each(CASE WHEN json_valid(:owner_ids)
+                                                            THEN CASE WHEN json_type(:owner_ids) = 'array'
+                                                                      THEN :owner_ids END END)
+                                      UNION ALL
+                                      SELECT 3, key, value, type
+                                        FROM json_each(CASE WHEN json_valid(:generations)
+                                                            THEN CASE WHEN json_type(:generations) = 'array'
+                                                                      THEN :generations END END)
+                                      UNION ALL
+                                      SELECT 4, key, value, type
+                                        FROM json_each(CASE WHEN json_valid(:claim_tokens)
+                                                            THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                                      THEN :claim_tokens END END)) AS e
+                               GROUP BY e.key) AS f
+                       WHERE NOT coalesce(
+                             f.job_type = 'text'
+                             AND (typeof(f.job_id) = 'text' AND length(f.job_id) BETWEEN 1 AND 36
+                                  AND instr(CAST(f.job_id AS BLOB), x'00') = 0)
+                             AND f.owner_type = 'text'
+                             AND (typeof(f.owner_id) = 'text' AND length(f.owner_id) BETWEEN 1 AND 255
+                                  AND instr(CAST(f.owner_id AS BLOB), x'00') = 0)
+                             AND f.token_type = 'text'
+                             AND (typeof(f.claim_token) = 'text' AND length(f.claim_token) BETWEEN 1 AND 255
+                                  AND instr(CAST(f.claim_token AS BLOB), x'00') = 0)
+                             AND typeof(f.generation) = 'integer' AND f.generation >= 1,
+                             0))
     UNION ALL SELECT 3, 'QF105', 'fenceq: lease must be positive'
      WHERE NOT (:lease IS NULL
                 OR (typeof(:lease) = 'integer' AND :lease > 0))
@@ -79,24 +97,40 @@ DELETE FROM temp.fenceq_heartbeat_batch;
 WITH clock(now) AS MATERIALIZED (
          SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
 INSERT INTO temp.fenceq_heartbeat_batch (i, seq, live, now)
-SELECT a.key, j.seq,
-       coalesce(j.status = 'claimed' AND j.owner_id = o.value AND j.generation = g.value
-                AND j.claim_token = t.value AND j.lease_expires_at > clock.now, 0),
+SELECT f.i, j.seq,
+       coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
+                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now, 0),
        clock.now
-  FROM json_each(CASE WHEN json_valid(:job_ids)
-                      THEN CASE WHEN json_type(:job_ids) = 'array'
-                                THEN :job_ids END END) AS a
-       JOIN json_each(CASE WHEN json_valid(:owner_ids)
-                           THEN CASE WHEN json_type(:owner_ids) = 'array'
-                                     THEN :owner_ids END END) AS o ON o.key = a.key
-       JOIN json_each(CASE WHEN json_valid(:generations)
-                           THEN CASE WHEN json_type(:generations) = 'array'
-                                     THEN :generations END END) AS g ON g.key = a.key
-       JOIN json_each(CASE WHEN json_valid(:claim_tokens)
-                           THEN CASE WHEN json_type(:claim_tokens) = 'array'
-                                     THEN :claim_tokens END END) AS t ON t.key = a.key
+  FROM (SELECT e.key AS i,
+               max(CASE WHEN e.part = 1 THEN e.value END) AS job_id,
+               max(CASE WHEN e.part = 1 THEN e.type END) AS job_type,
+               max(CASE WHEN e.part = 2 THEN e.value END) AS owner_id,
+               max(CASE WHEN e.part = 2 THEN e.type END) AS owner_type,
+               max(CASE WHEN e.part = 3 THEN e.value END) AS generation,
+               max(CASE WHEN e.part = 4 THEN e.value END) AS claim_token,
+               max(CASE WHEN e.part = 4 THEN e.type END) AS token_type
+          FROM (SELECT 1 AS part, key, value, type
+                  FROM json_each(CASE WHEN json_valid(:job_ids)
+                                      THEN CASE WHEN json_type(:job_ids) = 'array'
+                                                THEN :job_ids END END)
+                UNION ALL
+                SELECT 2, key, value, type
+                  FROM json_each(CASE WHEN json_valid(:owner_ids)
+                                      THEN CASE WHEN json_type(:owner_ids) = 'array'
+                                                THEN :owner_ids END END)
+                UNION ALL
+                SELECT 3, key, value, type
+                  FROM json_each(CASE WHEN json_valid(:generations)
+                                      THEN CASE WHEN json_type(:generations) = 'array'
+                                                THEN :generations END END)
+                UNION ALL
+                SELECT 4, key, value, type
+                  FROM json_each(CASE WHEN json_valid(:claim_tokens)
+                                      THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                THEN :claim_tokens END END)) AS e
+         GROUP BY e.key) AS f
   JOIN clock
-  LEFT JOIN fenceq__jobs AS j ON j.job_id = a.value
+  LEFT JOIN fenceq__jobs AS j ON j.job_id = f.job_id
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: the lease ends after year 9999'

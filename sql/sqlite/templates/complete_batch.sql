@@ -27,29 +27,36 @@ SELECT sqlstate, message FROM (
     UNION ALL SELECT 5, 'QF103', 'fenceq: result exceeds 1 MiB in canonical form'
      WHERE EXISTS (SELECT 1
                      FROM json_each({{as_json_array(:results)}}) AS r
-                    WHERE length(CAST({{as_json_array(:results)}} -> ('$[' || r.key || ']') AS BLOB))
-                          > 1048576)
+                    WHERE length(CAST(
+                              {{json_element_text(r, :results)}}
+                              AS BLOB)) > 1048576)
 ) ORDER BY rank LIMIT 1;
 CREATE TEMP TABLE IF NOT EXISTS fenceq_complete_batch (
     i INTEGER PRIMARY KEY, seq INTEGER, usable INTEGER NOT NULL, result TEXT, answer INTEGER,
     now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_complete_batch;
 WITH {{clock}}
-INSERT INTO temp.fenceq_complete_batch (i, seq, usable, result, now)
-SELECT a.key, j.seq,
-       coalesce(j.status = 'claimed' AND j.owner_id = o.value AND j.generation = g.value
-                AND j.claim_token = t.value AND j.lease_expires_at > clock.now AND NOT j.cancel_requested, 0),
-       nullif({{as_json_array(:results)}} -> ('$[' || a.key || ']'), 'null'),
+INSERT INTO temp.fenceq_complete_batch (i, seq, usable, now)
+SELECT f.i, j.seq,
+       coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
+                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now
+                AND NOT j.cancel_requested, 0),
        clock.now
   FROM {{fence_arrays}}
   JOIN clock
-  LEFT JOIN fenceq__jobs AS j ON j.job_id = a.value
+  LEFT JOIN fenceq__jobs AS j ON j.job_id = f.job_id
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Each result as sent, in one pass over :results (reading element i by
+-- path parses or compares the whole array once per element).
+UPDATE temp.fenceq_complete_batch AS b
+   SET result = {{json_element_text(r, :results)}}
+  FROM json_each({{as_json_array(:results)}}) AS r
+ WHERE b.i = r.key;
 -- The first usable element of each job completes it; later ones find it
 -- completed, as they would one call after another.
-UPDATE temp.fenceq_complete_batch AS b
-   SET answer = b.usable AND b.i = (SELECT min(b2.i) FROM temp.fenceq_complete_batch AS b2
-                                     WHERE b2.seq = b.seq AND b2.usable);
+UPDATE temp.fenceq_complete_batch
+   SET answer = usable AND i IN (SELECT min(b.i) FROM temp.fenceq_complete_batch AS b
+                                  WHERE b.usable GROUP BY b.seq);
 UPDATE fenceq__jobs
    SET status = 'completed', result = b.result, finished_at = b.now
   FROM temp.fenceq_complete_batch AS b

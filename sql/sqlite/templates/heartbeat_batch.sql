@@ -24,13 +24,13 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_heartbeat_batch (
 DELETE FROM temp.fenceq_heartbeat_batch;
 WITH {{clock}}
 INSERT INTO temp.fenceq_heartbeat_batch (i, seq, live, now)
-SELECT a.key, j.seq,
-       coalesce(j.status = 'claimed' AND j.owner_id = o.value AND j.generation = g.value
-                AND j.claim_token = t.value AND j.lease_expires_at > clock.now, 0),
+SELECT f.i, j.seq,
+       coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
+                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now, 0),
        clock.now
   FROM {{fence_arrays}}
   JOIN clock
-  LEFT JOIN fenceq__jobs AS j ON j.job_id = a.value
+  LEFT JOIN fenceq__jobs AS j ON j.job_id = f.job_id
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: the lease ends after year 9999'

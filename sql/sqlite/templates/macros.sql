@@ -242,12 +242,52 @@ SELECT sqlstate, message FROM (
 -- Batches of fences (heartbeat_batch, complete_batch) ------------------------
 
 -- macro: fence_arrays
--- The four fence arrays side by side: a (job ids), o (owner ids),
--- g (generations), t (claim tokens), joined on their index.
-json_each({{as_json_array(:job_ids)}}) AS a
-JOIN json_each({{as_json_array(:owner_ids)}}) AS o ON o.key = a.key
-JOIN json_each({{as_json_array(:generations)}}) AS g ON g.key = a.key
-JOIN json_each({{as_json_array(:claim_tokens)}}) AS t ON t.key = a.key
+-- The four fence arrays side by side, one row f per index f.i: job_id,
+-- owner_id, generation, claim_token, the text ones with their JSON type
+-- (job_type, owner_type, token_type). One pass over each array, pivoted by a GROUP BY:
+-- joining json_each to json_each on the index rescans the inner array for
+-- every outer row (10,000 fences took minutes).
+(SELECT e.key AS i,
+        max(CASE WHEN e.part = 1 THEN e.value END) AS job_id,
+        max(CASE WHEN e.part = 1 THEN e.type END) AS job_type,
+        max(CASE WHEN e.part = 2 THEN e.value END) AS owner_id,
+        max(CASE WHEN e.part = 2 THEN e.type END) AS owner_type,
+        max(CASE WHEN e.part = 3 THEN e.value END) AS generation,
+        max(CASE WHEN e.part = 4 THEN e.value END) AS claim_token,
+        max(CASE WHEN e.part = 4 THEN e.type END) AS token_type
+   FROM (SELECT 1 AS part, key, value, type
+           FROM json_each({{as_json_array(:job_ids)}})
+         UNION ALL
+         SELECT 2, key, value, type
+           FROM json_each({{as_json_array(:owner_ids)}})
+         UNION ALL
+         SELECT 3, key, value, type
+           FROM json_each({{as_json_array(:generations)}})
+         UNION ALL
+         SELECT 4, key, value, type
+           FROM json_each({{as_json_array(:claim_tokens)}})) AS e
+  GROUP BY e.key) AS f
+
+-- macro: json_element_text(element, array)
+-- The JSON text of $element, a json_each row of the JSON array $array, as
+-- $array holds it (NULL for JSON null): a container's text as json_each
+-- renders it, a string re-quoted (json_quote escapes as canonical JSON does)
+-- unless $array has a \ud escape (a lone surrogate would come back as
+-- invalid UTF-8), an integer printed, and any other number (a real, or an
+-- integer past 64 bits, which json_each reads as a real) extracted by path,
+-- digits as sent. Reading every element by path parses or compares the
+-- whole array once per element.
+CASE $element.type
+     WHEN 'null' THEN NULL
+     WHEN 'true' THEN 'true'
+     WHEN 'false' THEN 'false'
+     WHEN 'object' THEN $element.value
+     WHEN 'array' THEN $element.value
+     WHEN 'text'
+     THEN CASE WHEN instr(lower($array), '\ud') = 0 THEN json_quote($element.value)
+               ELSE $array -> ('$[' || $element.key || ']') END
+     ELSE CASE WHEN typeof($element.value) = 'integer' THEN CAST($element.value AS TEXT)
+               ELSE $array -> ('$[' || $element.key || ']') END END
 
 -- macro: fence_array_checks
 -- QF100 unless the four fence arrays are JSON arrays of one length (at most
@@ -269,13 +309,15 @@ UNION ALL SELECT 2, 'QF106', 'fenceq: a fence is malformed'
             AND {{no_nul_escape(:claim_tokens)}})
        OR EXISTS (SELECT 1
                     FROM {{fence_arrays}}
-                   WHERE NOT (a.type = 'text'
-                              AND {{identifier(a.value, 36)}}
-                              AND o.type = 'text'
-                              AND {{identifier(o.value, 255)}}
-                              AND t.type = 'text'
-                              AND {{identifier(t.value, 255)}}
-                              AND typeof(g.value) = 'integer' AND g.value >= 1))
+                   WHERE NOT coalesce(
+                         f.job_type = 'text'
+                         AND {{identifier(f.job_id, 36)}}
+                         AND f.owner_type = 'text'
+                         AND {{identifier(f.owner_id, 255)}}
+                         AND f.token_type = 'text'
+                         AND {{identifier(f.claim_token, 255)}}
+                         AND typeof(f.generation) = 'integer' AND f.generation >= 1,
+                         0))
 
 -- Claims (claim_next, claim_batch, recover_claim) ----------------------------
 
