@@ -86,7 +86,9 @@ SELECT sqlstate, message FROM (
                                                                                THEN :queues END END) AS a))
 ) ORDER BY rank LIMIT 1;
 -- Each active queue's head rows through the claim index (at most one per
--- token), merged in claim order and paired with the tokens.
+-- token), merged in claim order and paired with the tokens. The tokens are
+-- materialised with a computed ord, which SQLite indexes for the join: a
+-- join on json_each's own key rescans the array for every head.
 WITH clock(now) AS MATERIALIZED (
          SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
      heads AS (
@@ -134,14 +136,16 @@ WITH clock(now) AS MATERIALIZED (
          WHERE q.queue IN (SELECT a.value FROM json_each(CASE WHEN json_valid(:queues)
                                                               THEN CASE WHEN json_type(:queues) = 'array'
                                                                         THEN :queues END END) AS a) AND NOT q.paused
-           AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL))
+           AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL)),
+     tokens AS MATERIALIZED (
+        SELECT t.key + 1 AS ord, t.value AS token FROM json_each(CASE WHEN json_valid(:claim_tokens)
+                                                                      THEN CASE WHEN json_type(:claim_tokens) = 'array'
+                                                                                THEN :claim_tokens END END) AS t)
 INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
-SELECT c.ord, c.seq, t.value, c.generation, coalesce(:lease, c.queue_lease), clock.now
+SELECT c.ord, c.seq, t.token, c.generation, coalesce(:lease, c.queue_lease), clock.now
   FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
           FROM heads AS h) AS c
-  JOIN json_each(CASE WHEN json_valid(:claim_tokens)
-                      THEN CASE WHEN json_type(:claim_tokens) = 'array'
-                                THEN :claim_tokens END END) AS t ON t.key = c.ord - 1
+  JOIN tokens AS t ON t.ord = c.ord
   JOIN clock
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO temp.fenceq_error (sqlstate, message)

@@ -60,15 +60,19 @@ SELECT sqlstate, message FROM (
                 WHERE q.queue IN (SELECT a.value FROM json_each({{as_json_array(:queues)}}) AS a))
 ) ORDER BY rank LIMIT 1;
 -- Each active queue's head rows through the claim index (at most one per
--- token), merged in claim order and paired with the tokens.
+-- token), merged in claim order and paired with the tokens. The tokens are
+-- materialised with a computed ord, which SQLite indexes for the join: a
+-- join on json_each's own key rescans the array for every head.
 WITH {{clock}},
      heads AS (
-        {{queue_heads(coalesce(json_array_length({{as_json_array(:claim_tokens)}}), 0), {{as_json_array(:queues)}})}})
+        {{queue_heads(coalesce(json_array_length({{as_json_array(:claim_tokens)}}), 0), {{as_json_array(:queues)}})}}),
+     tokens AS MATERIALIZED (
+        SELECT t.key + 1 AS ord, t.value AS token FROM json_each({{as_json_array(:claim_tokens)}}) AS t)
 INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
-SELECT c.ord, c.seq, t.value, c.generation, coalesce(:lease, c.queue_lease), clock.now
+SELECT c.ord, c.seq, t.token, c.generation, coalesce(:lease, c.queue_lease), clock.now
   FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
           FROM heads AS h) AS c
-  JOIN json_each({{as_json_array(:claim_tokens)}}) AS t ON t.key = c.ord - 1
+  JOIN tokens AS t ON t.ord = c.ord
   JOIN clock
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO temp.fenceq_error (sqlstate, message)

@@ -47,6 +47,11 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_batch (
     db_fingerprint TEXT, db_job_id TEXT, first_i INTEGER, fresh INTEGER,
     new_job_id TEXT, cancelled INTEGER, blocked_by INTEGER, dependency_failed INTEGER,
     now INTEGER NOT NULL);
+-- The batch is matched against itself by these (replays, active keys,
+-- dependencies): without them each match scans the whole batch.
+CREATE INDEX IF NOT EXISTS temp.fenceq_submit_batch_submission_idx ON fenceq_submit_batch (submission_id);
+CREATE INDEX IF NOT EXISTS temp.fenceq_submit_batch_active_key_idx ON fenceq_submit_batch (active_key);
+CREATE INDEX IF NOT EXISTS temp.fenceq_submit_batch_job_id_idx ON fenceq_submit_batch (job_id);
 DELETE FROM temp.fenceq_submit_batch;
 -- Each element's dependencies, once each (string ids only: others are refused).
 CREATE TEMP TABLE IF NOT EXISTS fenceq_submit_batch_deps (
