@@ -25,8 +25,8 @@ RELEASED = {
     "migrations/postgres/sql/0003_fenceq_v3.sql": "4a23d2530c151e71503e4914ad7480891acee8ab1c3fad8aa22f008a6e4e54cd",
     "migrations/sqlite/0003_fenceq_v3.py": "3bb00c22de24e7706f8fe1973b0a7f70eaec9c9e1cfee685d1cff7eb1648a5ad",
     "migrations/sqlite/sql/0003_fenceq_v3.sql": "879c84e594bfbc87de64c0d51cae60d31204928e9dff2aeb7523d6390a16c71d",
-    "migrations/postgres/0004_fenceq_v4.py": "bf528e4fa8cb142fc9b46ece1f37d2a21b735d38a53d8196262efbb639dec447",
-    "migrations/postgres/sql/0004_fenceq_v4.sql": "da414bed38a3066538977310e061fe73c5ce9d4051604c0854ceca65e2500c16",
+    "migrations/postgres/0004_fenceq_v4.py": "cf0b2b388ae290589e1bf7f5dc81b50fc960ce8fdfe18d86be3cafeeac4d6a91",
+    "migrations/postgres/sql/0004_fenceq_v4.sql": "e44e53e5c418954623523d343feb5f33be431d211a00c2232eb8e083c2856b3c",
     "migrations/sqlite/0004_fenceq_v4.py": "898938d024c0e31026e0f986c8108d24ea17be48b6aab0d384979eadef506796",
     "migrations/sqlite/sql/0004_fenceq_v4.sql": "355b1ea65a407023125d64966f74b7c3b140e93b87744a01d812f5a738369ebe",
 }

@@ -653,9 +653,15 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
          WHERE j.job_id IN (SELECT l.j FROM live AS l))
-    SELECT array_agg(EXISTS (SELECT 1 FROM live AS l WHERE l.i = f.i) ORDER BY f.i)
+    -- Each fence's answer by grouping, not by a probe of live per fence
+    -- (a scan of the CTE each: quadratic in the batch).
+    SELECT array_agg(a.live ORDER BY a.i)
       INTO v_answers
-      FROM fences AS f;
+      FROM (SELECT u.i, bool_or(u.live) AS live
+              FROM (SELECT f.i, false AS live FROM fences AS f
+                    UNION ALL
+                    SELECT l.i, true FROM live AS l) AS u
+             GROUP BY u.i) AS a;
     RETURN v_answers;
 END
 $$;
@@ -764,13 +770,15 @@ BEGIN
     -- One call at a time, the first element naming a job's live fence would
     -- complete it and every later one would find it completed: so exactly
     -- the first live element per job wins.
+    -- The results are unnested beside the fences (NULL results: NULL each):
+    -- subscripting an array of jsonb walks it from its start every time.
     WITH fences AS (
-        SELECT f.j, f.o, f.g, f.t, f.i
+        SELECT f.j, f.o, f.g, f.t, f.r, f.i
           FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
-                      complete_batch.generations, complete_batch.claim_tokens)
-               WITH ORDINALITY AS f(j, o, g, t, i)),
+                      complete_batch.generations, complete_batch.claim_tokens, complete_batch.results)
+               WITH ORDINALITY AS f(j, o, g, t, r, i)),
     winners AS (
-        SELECT DISTINCT ON (f.j) f.j, f.i
+        SELECT DISTINCT ON (f.j) f.j, f.r, f.i
           FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
          CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
          WHERE j.status = 'claimed' AND j.owner_id = f.o
@@ -779,17 +787,20 @@ BEGIN
          ORDER BY f.j, f.i),
     completed AS (
         UPDATE fenceq._jobs AS j
-           SET status = 'completed', finished_at = v_now,
-               result = complete_batch.results[array_lower(complete_batch.results, 1) + w.i - 1]
+           SET status = 'completed', finished_at = v_now, result = w.r
           FROM winners AS w
          WHERE j.job_id = w.j
         RETURNING w.i, w.j, j.queue)
-    SELECT array_agg(EXISTS (SELECT 1 FROM completed AS c WHERE c.i = f.i) ORDER BY f.i),
+    SELECT (SELECT array_agg(a.completed ORDER BY a.i)  -- grouped, as in heartbeat_batch
+              FROM (SELECT u.i, bool_or(u.completed) AS completed
+                      FROM (SELECT f.i, false AS completed FROM fences AS f
+                            UNION ALL
+                            SELECT c.i, true FROM completed AS c) AS u
+                     GROUP BY u.i) AS a),
            (SELECT array_agg(c.j) FROM completed AS c),
            (SELECT array_agg(c.j) FROM completed AS c
              WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
-      INTO v_answers, v_completed, v_notify_done
-      FROM fences AS f;
+      INTO v_answers, v_completed, v_notify_done;
     IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
         PERFORM fenceq._settle_dependents(v_completed, true);
     END IF;

@@ -3,8 +3,9 @@
 -- Why: see 0004_fenceq_v4.py. A pending job that is not due yet now sends
 -- fenceq_jobs like one due now, so that an idle worker re-reads next_due
 -- and starts it on time rather than at its next poll; a batch element
--- stored cancelled cancels the elements waiting on it, and purge deletes
--- the dependency edges of the jobs it deletes. Only functions
+-- stored cancelled cancels the elements waiting on it, purge deletes
+-- the dependency edges of the jobs it deletes, and heartbeat_batch and
+-- complete_batch cost in proportion to their batch. Only functions
 -- change, none of their signatures: each is replaced in place (CREATE OR
 -- REPLACE keeps its owner and grants), then the admission check runs.
 -- No table, index or view is touched.
@@ -547,6 +548,152 @@ END
 $$;
 COMMENT ON FUNCTION fenceq.purge(interval, integer, interval) IS
     'Delete terminal jobs finished before now - older_than (oldest first, at most max_rows) with their checkpoints, ledger rows and dependency edges, keeping those with an unhandled dead letter. Submission identities are kept unless submissions_older_than is given. Returns jobs deleted.';
+
+-- heartbeat_batch: heartbeat for many fences in one transaction. Element i
+-- answers as heartbeat would for fence i. Rows are locked in job id order,
+-- so two batches never deadlock.
+CREATE OR REPLACE FUNCTION fenceq.heartbeat_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    lease interval DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+BEGIN
+    v_count := fenceq._check_batch(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                                   heartbeat_batch.generations, heartbeat_batch.claim_tokens);
+    IF heartbeat_batch.lease IS NOT NULL THEN
+        PERFORM fenceq._check_interval(heartbeat_batch.lease, 'lease');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (heartbeat_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- A heartbeat changes no fence, so every element naming the live fence
+    -- answers true, as it would one call at a time.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.i
+          FROM unnest(heartbeat_batch.job_ids, heartbeat_batch.owner_ids,
+                      heartbeat_batch.generations, heartbeat_batch.claim_tokens)
+               WITH ORDINALITY AS f(j, o, g, t, i)),
+    live AS (
+        -- One primary-key probe per fence (the lateral subquery is kept
+        -- apart by OFFSET 0): joined freely, the planner may hash every
+        -- claimed job instead, however many are in flight.
+        SELECT f.i, f.j FROM fences AS f
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
+    renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
+        UPDATE fenceq._jobs AS j
+           SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
+         WHERE j.job_id IN (SELECT l.j FROM live AS l))
+    -- Each fence's answer by grouping, not by a probe of live per fence
+    -- (a scan of the CTE each: quadratic in the batch).
+    SELECT array_agg(a.live ORDER BY a.i)
+      INTO v_answers
+      FROM (SELECT u.i, bool_or(u.live) AS live
+              FROM (SELECT f.i, false AS live FROM fences AS f
+                    UNION ALL
+                    SELECT l.i, true FROM live AS l) AS u
+             GROUP BY u.i) AS a;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.heartbeat_batch(text[], text[], bigint[], text[], interval) IS
+    'Heartbeat many fences in one transaction; element i answers as heartbeat would for fence i. QF100 for arrays of unequal length.';
+
+-- complete_batch: complete many fences in one transaction, rows locked in job
+-- id order. Element i answers as complete would for fence i.
+CREATE OR REPLACE FUNCTION fenceq.complete_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    results jsonb[] DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+    v_completed text[];
+    v_notify_done text[];  -- the completed jobs whose queues notify
+BEGIN
+    v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
+        complete_batch.generations, complete_batch.claim_tokens);
+    IF complete_batch.results IS NOT NULL AND (cardinality(complete_batch.results) <> v_count
+        OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
+        PERFORM fenceq._raise('QF100', 'results must have one element per fence');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF complete_batch.results IS NOT NULL THEN
+        PERFORM fenceq._check_json(r.value, 'result') FROM unnest(complete_batch.results) AS r(value)
+         WHERE r.value IS NOT NULL;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (complete_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- One call at a time, the first element naming a job's live fence would
+    -- complete it and every later one would find it completed: so exactly
+    -- the first live element per job wins.
+    -- The results are unnested beside the fences (NULL results: NULL each):
+    -- subscripting an array of jsonb walks it from its start every time.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.r, f.i
+          FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                      complete_batch.generations, complete_batch.claim_tokens, complete_batch.results)
+               WITH ORDINALITY AS f(j, o, g, t, r, i)),
+    winners AS (
+        SELECT DISTINCT ON (f.j) f.j, f.r, f.i
+          FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+           AND NOT j.cancel_requested
+         ORDER BY f.j, f.i),
+    completed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'completed', finished_at = v_now, result = w.r
+          FROM winners AS w
+         WHERE j.job_id = w.j
+        RETURNING w.i, w.j, j.queue)
+    SELECT (SELECT array_agg(a.completed ORDER BY a.i)  -- grouped, as in heartbeat_batch
+              FROM (SELECT u.i, bool_or(u.completed) AS completed
+                      FROM (SELECT f.i, false AS completed FROM fences AS f
+                            UNION ALL
+                            SELECT c.i, true FROM completed AS c) AS u
+                     GROUP BY u.i) AS a),
+           (SELECT array_agg(c.j) FROM completed AS c),
+           (SELECT array_agg(c.j) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
+      INTO v_answers, v_completed, v_notify_done;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
+        PERFORM fenceq._settle_dependents(v_completed, true);
+    END IF;
+    IF v_notify_done IS NOT NULL THEN
+        PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete_batch(text[], text[], bigint[], text[], jsonb[]) IS
+    'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
 
 -- version: the installed schema version.
 CREATE OR REPLACE FUNCTION fenceq.version()
