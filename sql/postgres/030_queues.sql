@@ -195,7 +195,8 @@ $$;
 COMMENT ON FUNCTION fenceq.resume_queue(text) IS
     'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
 
--- set_queue_notify: whether jobs becoming due send fenceq_jobs notifications.
+-- set_queue_notify: whether jobs becoming pending and free to run (due now or
+-- later) send fenceq_jobs notifications.
 CREATE OR REPLACE FUNCTION fenceq.set_queue_notify(queue text, notify boolean)
 RETURNS boolean
 LANGUAGE plpgsql
