@@ -233,3 +233,22 @@ def test_listen_url_must_be_postgresql() -> None:
 
     with pytest.raises(ConfigError, match="listen_url"):
         Worker(App(), url="sqlite:///x.db", listen_url="sqlite:///x.db")
+
+
+def test_a_wait_through_pgbouncer_listens_on_a_direct_listen_url(bounced: Database, pg: Database) -> None:
+    """Without a listen_url a wait through PgBouncer only polls; with a direct
+    one it is woken by the notification (its first poll an hour away)."""
+    from fenceq.backends import open_backend
+    from test_waiting import wait_while_a_process_completes
+
+    with contextlib.closing(open_backend(bounced.url)) as backend:
+        wait_while_a_process_completes(bounced, backend, notify_done=True, can_listen=False)
+    with contextlib.closing(open_backend(bounced.url, listen_url=pg.url)) as backend:
+        wait_while_a_process_completes(bounced, backend, notify_done=True)
+
+
+def test_a_client_listen_url_must_be_postgresql(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="listen_url"):
+        fenceq.connect(f"sqlite:///{tmp_path}/x.db", listen_url="postgresql://postgres@127.0.0.1/x")
+    with pytest.raises(ConfigError, match="listen_url"):
+        fenceq.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/x", listen_url=f"sqlite:///{tmp_path}/x.db")

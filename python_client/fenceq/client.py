@@ -329,22 +329,26 @@ class AsyncClient(_Operations):
         await self.close()
 
 
-def connect(url: str | None = None, *, connection: Any = None, pool: Any = None) -> Client:
+def connect(url: str | None = None, *, connection: Any = None, pool: Any = None,
+            listen_url: str | None = None) -> Client:
     """Open a client. Pass a URL (postgresql://… or sqlite:///…; default
     $FENCEQ_DATABASE_URL, else the embedded ./fenceq.db), or a psycopg
     ``Connection`` / ``ConnectionPool`` you own: calls then run inside your
     connection's current transaction, or on a pooled connection. Connecting
-    does not migrate."""
+    does not migrate. ``listen_url`` (PostgreSQL) is a direct URL of the same
+    database where ``wait`` listens, when the calls go through PgBouncer
+    (or run on your own connection); without it such a wait only polls."""
     if connection is not None or pool is not None:
-        return Client(open_backend(connection=connection, pool=pool))
+        return Client(open_backend(connection=connection, pool=pool, listen_url=listen_url))
     resolved = resolve_url(url)
-    return Client(open_backend(resolved), resolved)
+    return Client(open_backend(resolved, listen_url=listen_url), resolved)
 
 
-async def connect_async(url: str | None = None, *, connection: Any = None, pool: Any = None) -> AsyncClient:
+async def connect_async(url: str | None = None, *, connection: Any = None, pool: Any = None,
+                        listen_url: str | None = None) -> AsyncClient:
     """Async twin of ``connect``: accepts an ``AsyncConnection`` or
     ``AsyncConnectionPool`` you own."""
     if connection is not None or pool is not None:
-        return AsyncClient(await open_async_backend(connection=connection, pool=pool))
+        return AsyncClient(await open_async_backend(connection=connection, pool=pool, listen_url=listen_url))
     resolved = resolve_url(url)
-    return AsyncClient(await open_async_backend(resolved), resolved)
+    return AsyncClient(await open_async_backend(resolved, listen_url=listen_url), resolved)

@@ -28,29 +28,41 @@ def backend_of(url: str) -> str:
     raise config_error("QF100", "the URL must start with postgresql:// or sqlite:///")
 
 
-def open_backend(url: str | None = None, *, connection: Any = None, pool: Any = None) -> Backend:
+def _check_listen_url(listen_url: str | None, postgres: bool) -> None:
+    """A listen_url is a postgresql:// URL, for a PostgreSQL client only."""
+    if listen_url is not None and (not postgres or backend_of(listen_url) != "postgres"):
+        raise config_error("QF100", "listen_url must be a postgresql:// URL, for a PostgreSQL client")
+
+
+def open_backend(url: str | None = None, *, connection: Any = None, pool: Any = None,
+                 listen_url: str | None = None) -> Backend:
     """A backend for a URL, or for a psycopg ``Connection`` / ``ConnectionPool``
-    the caller owns."""
-    if connection is not None or pool is not None or backend_of(url or "") == "postgres":
+    the caller owns; ``listen_url`` is where its waits LISTEN (PostgreSQL)."""
+    postgres = connection is not None or pool is not None or backend_of(url or "") == "postgres"
+    _check_listen_url(listen_url, postgres)
+    if postgres:
         from .postgres import PostgresBackend
 
-        return PostgresBackend(url=url, connection=connection, pool=pool)
+        return PostgresBackend(url=url, connection=connection, pool=pool, listen_url=listen_url)
     from .sqlite import SqliteBackend
 
     return SqliteBackend(url or "")
 
 
-async def open_async_backend(url: str | None = None, *, connection: Any = None, pool: Any = None) -> AsyncBackend:
+async def open_async_backend(url: str | None = None, *, connection: Any = None, pool: Any = None,
+                             listen_url: str | None = None) -> AsyncBackend:
     """Async twin of ``open_backend`` (an ``AsyncConnection`` or
     ``AsyncConnectionPool`` the caller owns)."""
+    postgres = connection is not None or pool is not None or backend_of(url or "") == "postgres"
+    _check_listen_url(listen_url, postgres)
     if connection is not None or pool is not None:
         from .postgres import AsyncPostgresBackend
 
-        return AsyncPostgresBackend(connection=connection, pool=pool)
-    if backend_of(url or "") == "postgres":
+        return AsyncPostgresBackend(connection=connection, pool=pool, listen_url=listen_url)
+    if postgres:
         from .postgres import AsyncPostgresBackend
 
-        return await AsyncPostgresBackend.connect(url or "")
+        return await AsyncPostgresBackend.connect(url or "", listen_url)
     from .sqlite import AsyncSqliteBackend
 
     return await AsyncSqliteBackend.connect(url or "")

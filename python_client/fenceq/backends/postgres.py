@@ -196,12 +196,15 @@ def _listen_statements(channels: Sequence[str]) -> list[psycopg.sql.Composed]:
     return [psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(c)) for c in channels]
 
 
-def _listen_target(url: str | None, pool: Any) -> tuple[str, dict[str, Any]] | None:
+def _listen_target(listen_url: str | None, url: str | None, pool: Any) -> tuple[str, dict[str, Any]] | None:
     """Where a listening connection of its own comes from (``listener``):
-    the client's URL, or its pool's connection settings (a connection
+    the client's ``listen_url`` (a direct one, when calls go through a
+    pooler), else its URL, or its pool's connection settings (a connection
     borrowed from the pool would starve the calls the waiter makes). None
-    for the caller's own connection, whose transaction would hold the
-    notifications back."""
+    for the caller's own connection without a ``listen_url``, whose
+    transaction would hold the notifications back."""
+    if listen_url is not None:
+        return connection_url(listen_url), {"autocommit": True}
     if pool is not None:
         return pool.conninfo, {**pool.kwargs, "autocommit": True}
     if url is not None:
@@ -255,11 +258,13 @@ class PostgresBackend:
     name = "postgres"
     capabilities = CAPABILITIES
 
-    def __init__(self, *, url: str | None = None, connection: Any = None, pool: Any = None):
+    def __init__(self, *, url: str | None = None, connection: Any = None, pool: Any = None,
+                 listen_url: str | None = None):
         self._owned = connection is None and pool is None
         self._pool = pool
         self._connection = connection
         self._url = url if self._owned else None  # listeners open connections of their own from it
+        self._listen_url = listen_url  # or from this one, when given
         if self._owned:
             try:
                 self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
@@ -307,7 +312,7 @@ class PostgresBackend:
         """A new connection subscribed to the channels; None for the
         caller's own connection, through a pooler (its sessions do not keep
         a LISTEN), or when none can be opened now: the caller polls."""
-        target = _listen_target(self._url, self._pool)
+        target = _listen_target(self._listen_url, self._url, self._pool)
         if target is None:
             return None
         connection = None
@@ -329,15 +334,16 @@ class AsyncPostgresBackend:
     capabilities = CAPABILITIES
 
     def __init__(self, *, connection: Any = None, pool: Any = None, owned: bool = False, pooled: bool = False,
-                 url: str | None = None):
+                 url: str | None = None, listen_url: str | None = None):
         self._owned = owned
         self._pool = pool
         self._connection = connection
         self.pooled = pooled  # through a pooler; known for owned connections only
         self._url = url  # of an owned connection: listeners open their own from it
+        self._listen_url = listen_url  # or from this one, when given
 
     @classmethod
-    async def connect(cls, url: str) -> "AsyncPostgresBackend":
+    async def connect(cls, url: str, listen_url: str | None = None) -> "AsyncPostgresBackend":
         try:
             connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
         except psycopg.Error as exc:
@@ -349,7 +355,7 @@ class AsyncPostgresBackend:
             raise driver_error(exc) from exc
         if through_pooler:
             connection.prepare_threshold = None
-        return cls(connection=connection, owned=True, pooled=through_pooler, url=url)
+        return cls(connection=connection, owned=True, pooled=through_pooler, url=url, listen_url=listen_url)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -401,7 +407,7 @@ class AsyncPostgresBackend:
             await _close_async(connection)
 
     async def _listening(self, channels: Sequence[str]) -> psycopg.AsyncConnection | None:
-        target = _listen_target(self._url, self._pool)
+        target = _listen_target(self._listen_url, self._url, self._pool)
         if target is None:
             return None
         connection = None
