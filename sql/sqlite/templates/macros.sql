@@ -244,9 +244,9 @@ SELECT sqlstate, message FROM (
 -- macro: fence_arrays
 -- The four fence arrays side by side, one row f per index f.i: job_id,
 -- owner_id, generation, claim_token, the text ones with their JSON type
--- (job_type, owner_type, token_type). One pass over each array, pivoted by a GROUP BY:
--- joining json_each to json_each on the index rescans the inner array for
--- every outer row (10,000 fences took minutes).
+-- (job_type, owner_type, token_type). One pass over each array, pivoted by
+-- a GROUP BY: joining json_each to json_each on the index rescans the inner
+-- array for every outer row (10,000 fences took minutes).
 (SELECT e.key AS i,
         max(CASE WHEN e.part = 1 THEN e.value END) AS job_id,
         max(CASE WHEN e.part = 1 THEN e.type END) AS job_type,
