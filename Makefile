@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test bench sql demo docs schema pg-start pg-stop clean test-pg16 test-pgbouncer fuzz
+.PHONY: install test bench sql demo docs schema pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
 
 install: $(VENV)/.installed
 
@@ -97,3 +97,15 @@ FUZZ_FUNCTIONS ?=
 fuzz: install pg-start
 	$(BIN)/python tests/fuzz/fuzz_run.py --url postgresql://postgres@127.0.0.1:$(FENCEQ_TEST_PG_PORT)/postgres --calls $(FUZZ_CALLS) \
 		$(if $(FUZZ_ENGINES),--engines $(FUZZ_ENGINES)) $(if $(FUZZ_FUNCTIONS),--functions $(FUZZ_FUNCTIONS))
+
+# Issue 19 §3: the model and both engines in lockstep (tests/model), the long
+# profile; `make test` runs the short one (25 examples of 30 steps, the same
+# every run). Random examples; MODEL_REPORT gets the outcome counts (JSON).
+MODEL_EXAMPLES ?= 5000
+MODEL_STEPS ?= 50
+MODEL_SHRINK ?= 1
+MODEL_REPORT ?= model-report.json
+model: install pg-start
+	FENCEQ_MODEL_EXAMPLES=$(MODEL_EXAMPLES) FENCEQ_MODEL_STEPS=$(MODEL_STEPS) FENCEQ_MODEL_RANDOM=1 \
+		FENCEQ_MODEL_SHRINK=$(MODEL_SHRINK) FENCEQ_MODEL_REPORT=$(MODEL_REPORT) \
+		$(BIN)/pytest -q -p no:cacheprovider tests/model/test_model.py
