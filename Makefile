@@ -99,12 +99,12 @@ fuzz: install pg-start
 		$(if $(FUZZ_ENGINES),--engines $(FUZZ_ENGINES)) $(if $(FUZZ_FUNCTIONS),--functions $(FUZZ_FUNCTIONS))
 
 # Issue 19 §3: the model and both engines in lockstep (tests/model), the long
-# profile; `make test` runs the short one (25 examples of 30 steps, the same
+# profile; `make test` runs the short one (50 examples of 30 steps, the same
 # every run). Random examples; MODEL_REPORT gets the outcome counts (JSON).
 MODEL_EXAMPLES ?= 5000
 MODEL_STEPS ?= 50
 MODEL_SHRINK ?= 1
-MODEL_REPORT ?= model-report.json
+MODEL_REPORT ?= tests/model/model-report.json
 model: install pg-start
 	FENCEQ_MODEL_EXAMPLES=$(MODEL_EXAMPLES) FENCEQ_MODEL_STEPS=$(MODEL_STEPS) FENCEQ_MODEL_RANDOM=1 \
 		FENCEQ_MODEL_SHRINK=$(MODEL_SHRINK) FENCEQ_MODEL_REPORT=$(MODEL_REPORT) \

@@ -48,10 +48,11 @@ class Request:
     depends_on: tuple[int, ...]
 
     def same_as(self, other: "Request") -> bool:
-        return (self._key() == other._key())
+        """Same fingerprint (§4): the dependencies as a set."""
+        return self._key() == other._key()
 
     def _key(self) -> tuple:
-        return (self.queue, self.task, self.payload if self.payload is not None else None, self.submission_id,
+        return (self.queue, self.task, self.payload, self.submission_id,
                 self.job_id, self.priority, self.run_at, self.expires_at, self.max_attempts, self.active_key,
                 self.force, frozenset(self.depends_on))
 
