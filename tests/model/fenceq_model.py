@@ -479,7 +479,17 @@ class Model:
 
     def _cascade(self, job: Job, now: tuple) -> None:
         """§16: every job that depends on a job that did not complete,
-        transitively, is cancelled with last_error dependency_failed."""
-        for dependent in self.live_jobs():
-            if job.handle in dependent.depends_on and not dependent.terminal:
-                self._cancel_now(dependent, "dependency_failed", now)
+        transitively, is cancelled with last_error dependency_failed. The
+        engines walk the whole graph below the job, through dependents that
+        are terminal already, so a job stranded by finding M1 further down
+        is cancelled too."""
+        seen, below = {job.handle}, [job.handle]
+        while below:
+            handle = below.pop()
+            for dependent in self.live_jobs():
+                if handle in dependent.depends_on and dependent.handle not in seen:
+                    seen.add(dependent.handle)
+                    below.append(dependent.handle)
+                    if not dependent.terminal:
+                        dependent.status, dependent.last_error = "cancelled", "dependency_failed"
+                        dependent.short_lease = False
