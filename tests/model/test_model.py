@@ -145,8 +145,11 @@ class Lockstep(RuleBasedStateMachine):
             want = ("ok", expected())
         except m.Refused as refused:
             want = ("err", refused.sqlstate)
+        return self.compare(sys._getframe(1).f_code.co_name, want, answers, normalize)
+
+    def compare(self, step: str, want: tuple, answers: dict[str, tuple],
+                normalize: Callable[[str, Any], Any]) -> Any:
         got = {e: (kind, normalize(e, value) if kind == "ok" else value) for e, (kind, value) in answers.items()}
-        step = sys._getframe(1).f_code.co_name
         OUTCOMES[f"{step}: {outcome_name(step, want)}"] += 1
         assert got["postgres"] == got["sqlite"], f"engines differ: {got}"
         assert got["postgres"] == want, f"model says {want}, engines {got}"
@@ -159,7 +162,8 @@ class Lockstep(RuleBasedStateMachine):
         for engine, job_id in engine_ids.items():
             assert len(self.ids[engine]) == handle
             self.ids[engine].append(job_id)
-            self.handles[engine][job_id] = handle
+            if job_id is not None:
+                self.handles[engine][job_id] = handle
 
     def client_fence(self, engine: str, fence: m.Fence) -> fenceq.Fence:
         return fenceq.Fence(self.job_id(engine, fence.handle), fence.owner, fence.generation, fence.token)
@@ -226,17 +230,16 @@ class Lockstep(RuleBasedStateMachine):
                 depends_on=[self.job_id(engine, h) for h in request.depends_on] or None)
 
         answers = self.both(call)
-        created = len(self.model.jobs)
-
-        def expected() -> int:
-            handle, _ = self.model.submit(request, now)
-            return handle
-
-        if all(kind == "ok" for kind, _ in answers.values()) and not any(
-                value in self.handles[e] for e, (_, value) in answers.items()):
-            # A new job: learn its ids before comparing (the model makes it too).
-            self.learn_job(created, {e: value for e, (_, value) in answers.items()})
-        self.expect(expected, answers, lambda e, v: self.handles[e].get(v))
+        try:
+            handle, created = self.model.submit(request, now)
+            want = ("ok", handle)
+        except m.Refused as refused:
+            want, created = ("err", refused.sqlstate), False
+        if created:
+            # Learn the new job's ids before comparing (a reused explicit id
+            # now names the new job, not a purged one).
+            self.learn_job(handle, {e: value if kind == "ok" else None for e, (kind, value) in answers.items()})
+        self.compare("submit", want, answers, lambda e, v: self.handles[e].get(v))
 
     # Workers -------------------------------------------------------------------------
     @rule(queues=st.sampled_from([["q0"], ["q1"], ["q0", "q1"], ["q0", "q1"], ["qs"], ["q0", "q1", "qs"]]),
