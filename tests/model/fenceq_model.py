@@ -477,6 +477,20 @@ class Model:
         if status != "completed":
             self._cascade(job, now)
 
+    def stranded_below(self, job: Job) -> bool:
+        """Whether a job not terminal depends, transitively, on this one
+        (M1 leaves such jobs below a cancelled one)."""
+        seen, below = {job.handle}, [job.handle]
+        while below:
+            handle = below.pop()
+            for dependent in self.live_jobs():
+                if handle in dependent.depends_on and dependent.handle not in seen:
+                    if not dependent.terminal:
+                        return True
+                    seen.add(dependent.handle)
+                    below.append(dependent.handle)
+        return False
+
     def _cascade(self, job: Job, now: tuple) -> None:
         """§16: every job that depends on a job that did not complete,
         transitively, is cancelled with last_error dependency_failed. The

@@ -55,6 +55,10 @@ KNOWN_FINDINGS = {
     # another dependency is still pending: fenceq.jobs.blocked_by is 0 on
     # PostgreSQL, 1 on SQLite.
     "M2",
+    # After M1 stranded a job below a cancelled one, cancel() of the
+    # cancelled job (answer 'cancelled') cancels the stranded job again on
+    # SQLite (dependency_failed), not on PostgreSQL.
+    "M3",
 }
 
 LONG = timedelta(hours=1)
@@ -368,6 +372,9 @@ class Lockstep(RuleBasedStateMachine):
     @rule(index=st.integers(0, 1000), force=st.booleans())
     def cancel(self, index, force):
         job = self.pick(self.model.jobs, index)
+        # M3: cancelling a cancelled job above a job stranded by M1 cancels
+        # the stranded job on SQLite only.
+        assume(not (job.terminal and "M3" in KNOWN_FINDINGS and self.model.stranded_below(job)))
         now = self.now()
         answers = self.both(lambda e, c: c.cancel(self.job_id(e, job.handle), force=force))
         self.expect(lambda: self.model.cancel(job.handle, force, now), answers)

@@ -30,3 +30,16 @@ def test_m2_blocked_by_of_a_job_stored_cancelled_is_the_same_on_both(pg, sqlite_
             assert (job.status, job.last_error) == ("cancelled", "dependency_failed")
             counts.append(job.blocked_by)
     assert counts[0] == counts[1]
+
+
+@pytest.mark.xfail(strict=True, reason="M3: SQLite cancels the stranded job, PostgreSQL does not")
+def test_m3_cancelling_a_cancelled_job_again_changes_the_same_on_both(pg, sqlite_db):
+    statuses = []
+    for database in (pg, sqlite_db):
+        with database.connect() as client:
+            client.create_queue("q")
+            first = client.submit("q", "t", active_key="k")
+            stranded = client.submit("q", "t", active_key="k", force=True, depends_on=[first])
+            assert client.cancel(first, force=True) == "cancelled"
+            statuses.append(client.get_job(stranded).status)
+    assert statuses[0] == statuses[1]
