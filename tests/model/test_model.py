@@ -59,6 +59,10 @@ KNOWN_FINDINGS = {
     # cancelled job (answer 'cancelled') cancels the stranded job again on
     # SQLite (dependency_failed), not on PostgreSQL.
     "M3",
+    # Both engines accepted a submit naming a purged job and a cancelled one
+    # (which had been a dependency of the purged one), where the model says
+    # QF100; a simpler case answers QF100 on both. Not reduced yet.
+    "M4",
 }
 
 LONG = timedelta(hours=1)
@@ -222,6 +226,11 @@ class Lockstep(RuleBasedStateMachine):
                             job_id=self.fresh("j-") if job_id == "fresh" else job_id, priority=priority,
                             run_at=times[run_at], expires_at=times[expires_at], max_attempts=max_attempts,
                             active_key=active_key, force=force, depends_on=depends_on)
+        deps = [self.model.jobs[h] for h in depends_on]
+        # M4: a purged dependency beside one that failed was once accepted
+        # by both engines (not reduced to a reproduction yet).
+        assume(not ("M4" in KNOWN_FINDINGS and any(d.purged for d in deps)
+                    and any(d.status in ("failed", "cancelled", "expired") for d in deps)))
         now = self.now()
 
         def call(engine: str, client: fenceq.Client) -> str:

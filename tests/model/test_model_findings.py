@@ -43,3 +43,4 @@ def test_m3_cancelling_a_cancelled_job_again_changes_the_same_on_both(pg, sqlite
             assert client.cancel(first, force=True) == "cancelled"
             statuses.append(client.get_job(stranded).status)
     assert statuses[0] == statuses[1]
+
