@@ -379,7 +379,7 @@ class Lockstep(RuleBasedStateMachine):
     @precondition(lambda self: self.model.jobs)
     @rule(index=st.integers(0, 1000), force=st.booleans())
     def cancel(self, index, force):
-        job = self.pick(self.model.jobs, index)
+        job = self.by_id(self.pick(self.model.jobs, index))
         # M3: cancelling a cancelled job above a job stranded by M1 cancels
         # the stranded job on SQLite only.
         assume(not (job.terminal and "M3" in KNOWN_FINDINGS and self.model.stranded_below(job)))
