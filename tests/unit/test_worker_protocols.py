@@ -17,6 +17,7 @@ from fenceq.backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
 from fenceq.types import Claim, new_claim_token
 from fenceq.worker import App, Worker
 from fenceq.worker.claimer import Claimer
+from fenceq.worker.completer import Completer
 from fenceq.worker.events import Events
 from fenceq.worker.fenced_writer import FencedWriter, Verdict
 from fenceq.worker.heartbeater import Heartbeater
@@ -122,6 +123,29 @@ async def test_a_lost_acknowledgement_on_complete_batch_is_read_back_per_job(fak
     fake.lose("complete_batch")
     assert await finished(asyncio.create_task(writer.complete_batch(jobs, [1, 2, 3])), clock) == [Verdict.LANDED] * 3
     assert [fake.rows[j.claim.job_id].result for j in jobs] == [1, 2, 3]
+
+
+async def test_completions_queued_behind_a_resent_batch_go_out_before_it_is_answered(fake, clock):
+    state, _, writer = await units(fake, clock)
+    completer = Completer(state, writer)
+    running = asyncio.create_task(completer.run())
+    for _ in range(4):
+        fake.submit("t")
+    first, second = ([in_flight(state, claim, 30.0)
+                      for claim in fake.claim_batch(["q"], "w", [new_claim_token() for _ in range(2)])]
+                     for _ in range(2))
+    fake.drop("complete_batch")  # the first batch's call never arrives: it waits to be re-sent
+    earlier = [asyncio.create_task(completer.complete(job, 1)) for job in first]
+    await settle()
+    later = [asyncio.create_task(completer.complete(job, 2)) for job in second]
+    await settle()
+    # No time has passed, so the first batch's re-send is still asleep ...
+    assert all(task.done() for task in later) and not any(task.done() for task in earlier)
+    assert [task.result() for task in later] == [Verdict.ACCEPTED] * 2
+    # ... and it lands once its back-off ends.
+    assert await finished(asyncio.gather(*earlier), clock) == [Verdict.ACCEPTED] * 2
+    assert {fake.rows[j.claim.job_id].status for j in first + second} == {"completed"}
+    running.cancel()
 
 
 async def test_the_worker_settles_a_job_once_when_completes_answer_is_lost(fake, clock):
