@@ -103,6 +103,15 @@ class WorkerState:
     def side_tasks(self) -> list[asyncio.Task]:
         return list(self._side_tasks)
 
+    def free_slots(self) -> int:
+        """How many jobs the claimer may claim now. ``concurrency`` handlers
+        run at once; a job whose handler is done frees its slot while its
+        outcome is written, so the next claim overlaps the last completion,
+        and at most ``concurrency`` such jobs are held besides."""
+        running = sum(1 for job in self.inflight.values() if not job.settling)
+        concurrency = self.settings.concurrency
+        return min(concurrency - running, 2 * concurrency - len(self.inflight))
+
     def finish(self, job: InFlight) -> None:
         """The job leaves this worker: its slot is free."""
         if self.inflight.get(job.claim.job_id) is job:
