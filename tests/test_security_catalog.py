@@ -72,9 +72,11 @@ def test_every_function_pins_its_search_path_or_is_bound_when_created(pg):
 
 
 def test_the_trusted_schemas_admit_no_other_creator(pg):
+    """Only superusers and the owner (with the deploy role, its member,
+    docs/dba.md §2.1) may create where the pinned search_path looks."""
     rows = pg.sql("""
         SELECT r.rolname, n.nspname FROM pg_roles AS r CROSS JOIN pg_namespace AS n
-         WHERE n.nspname = ANY (%s) AND NOT r.rolsuper AND r.rolname <> 'fenceq_owner'
+         WHERE n.nspname = ANY (%s) AND NOT r.rolsuper AND NOT pg_has_role(r.oid, 'fenceq_owner', 'USAGE')
            AND has_schema_privilege(r.oid, n.oid, 'CREATE')""", (list(TRUSTED_SCHEMAS),))
     assert rows == []
 
