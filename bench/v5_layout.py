@@ -56,7 +56,28 @@ async def lab_complete(conn, claim, owner: str) -> None:
         raise RuntimeError("v5lab.complete returned false for a live claim")
 
 
+LAB_CLAIM_BATCH = ("SELECT * FROM v5lab.claim_batch(queue => %(queue)s::text, owner_id => %(owner)s::text, "
+                   "claim_tokens => %(tokens)s::text[])")
+LAB_COMPLETE_BATCH = ("SELECT v5lab.complete_batch(job_ids => %(job_ids)s::text[], owner_ids => %(owners)s::text[], "
+                      "generations => %(generations)s::bigint[], claim_tokens => %(tokens)s::text[])")
+
+
+async def lab_claim_batch(conn, queue: str, owner: str, size: int) -> list:
+    tokens = [drivers.new_token() for _ in range(size)]
+    cur = await conn.execute(LAB_CLAIM_BATCH, {"queue": queue, "owner": owner, "tokens": tokens})
+    return [(row[0], row[4], row[5]) for row in await cur.fetchall()]
+
+
+async def lab_complete_batch(conn, rows: list, owner: str) -> None:
+    cur = await conn.execute(LAB_COMPLETE_BATCH, {
+        "job_ids": [r[0] for r in rows], "owners": [owner] * len(rows),
+        "generations": [r[1] for r in rows], "tokens": [r[2] for r in rows]})
+    if not all((await cur.fetchone())[0]):
+        raise RuntimeError("v5lab.complete_batch returned false for a live claim")
+
+
 drivers.PER_JOB["v5lab"] = (lab_claim, lab_complete)
+drivers.BATCHED["v5lab"] = (lab_claim_batch, lab_complete_batch)
 
 
 def fill(conn, system: str, count: int) -> None:
@@ -94,20 +115,21 @@ def per_job(window: dict, jobs: int) -> dict:
             **{kind: round(n, 2) for kind, n in sorted(census.items())}}
 
 
-async def diagnostics(url: str, admin, stats: ServerStats, jobs: int) -> dict:
+async def diagnostics(url: str, admin, stats: ServerStats, jobs: int, size: int | None = None) -> dict:
+    """Per job, claimed and completed one by one, or ``size`` at a time."""
     conn = (await drivers.open_connections(url, 1, track="all"))[0]
     out = {}
     try:
         for system in SYSTEMS:
-            claim, complete = drivers.PER_JOB[system]
+            claim, complete = drivers.PER_JOB[system] if size is None else drivers.BATCHED[system]
             fill(admin, system, jobs)
             vacuum(admin)
             db.checkpoint(admin)
             stats.begin()
-            for _ in range(jobs):
-                row = await claim(conn, QUEUE, "diag")
+            for _ in range(jobs // (size or 1)):
+                row = await claim(conn, QUEUE, "diag", *((size,) if size else ()))
                 await complete(conn, row, "diag")
-            window = stats.end(jobs * 2, jobs)
+            window = stats.end(jobs * 2 // (size or 1), jobs)
             out[system] = {**per_job(window, jobs), "by_relation": window["relations"],
                            "statements_us": {s["query"][:90]: round(s["total_ms"] * 1000 / s["calls"], 1)
                                              for s in window["statements"]}}
@@ -166,13 +188,21 @@ async def later_probes(url: str, admin, stats: ServerStats, later: int, calls: i
     return out
 
 
-async def drains(url: str, admin, rounds: int, jobs: int, workers: tuple[int, ...]) -> dict:
+async def drains(url: str, admin, rounds: int, jobs: int, workers: tuple[int, ...],
+                 size: int | None = None) -> dict:
     conns = await drivers.open_connections(url, max(workers))
+
+    def shape(system: str) -> tuple:
+        if size is None:
+            return drivers.drain_per_job, {"system": system, "queue": QUEUE}
+        return drivers.drain_batched, {"system": system, "queue": QUEUE, "size": size}
+
     rates: dict[str, dict[str, list[float]]] = {}
     try:
         for system in SYSTEMS:  # warm every connection's plans
             fill(admin, system, 20 * len(conns))
-            await drivers.run_workers(conns, drivers.drain_per_job, system=system, queue=QUEUE)
+            loop, kwargs = shape(system)
+            await drivers.run_workers(conns, loop, **kwargs)
         clear(admin)
         for n in workers:
             for r in range(rounds):
@@ -182,8 +212,8 @@ async def drains(url: str, admin, rounds: int, jobs: int, workers: tuple[int, ..
                 vacuum(admin)
                 for system in order:
                     db.checkpoint(admin)
-                    timed = await drivers.run_workers(conns[:n], drivers.drain_per_job,
-                                                      system=system, queue=QUEUE)
+                    loop, kwargs = shape(system)
+                    timed = await drivers.run_workers(conns[:n], loop, **kwargs)
                     if timed.jobs != jobs:
                         raise RuntimeError(f"{system}: {timed.jobs} of {jobs} jobs")
                     rates.setdefault(f"{n}", {}).setdefault(system, []).append(timed.rate)
@@ -295,22 +325,36 @@ ROWS = (("server time per job (µs, top-level statements)", "server_us", "{:,.0f
 
 def markdown(figures: dict) -> str:
     """The run's tables, as docs/design-v5.md shows them."""
-    per_job = figures["per_job"]
-    lines = ["| per job | bare | version 4 | laboratory |", "|---|---:|---:|---:|"]
-    for label, keys, fmt in ROWS:
-        cells = []
-        for system in SYSTEMS:
-            row = per_job[system]
-            if isinstance(keys, tuple):
-                cells.append(" / ".join(fmt.format(row.get(k, 0)) for k in keys))
-            else:
-                cells.append(fmt.format(row.get(keys, 0)))
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "| per-job drain, median of rounds | bare | version 4 | laboratory |", "|---|---:|---:|---:|"]
-    for workers, by_system in sorted(figures["drains"].items(), key=lambda item: int(item[0])):
-        cells = [f"{by_system[s]['median_jobs_s']:,.0f} jobs/s ({by_system[s]['ratio_to_bare']:.2f}×)"
-                 for s in SYSTEMS]
-        lines.append(f"| {workers} worker{'s' if workers != '1' else ''} | " + " | ".join(cells) + " |")
+    lines = []
+    for title, key in (("one job at a time", "per_job"), ("batches of 10", "per_job_batch_10"),
+                       ("batches of 100", "per_job_batch_100")):
+        per_job = figures[key]
+        lines += [f"| per job, {title} | bare | version 4 | laboratory |", "|---|---:|---:|---:|"]
+        for label, keys, fmt in ROWS:
+            cells = []
+            for system in SYSTEMS:
+                row = per_job[system]
+                if isinstance(keys, tuple):
+                    cells.append(" / ".join(fmt.format(row.get(k, 0)) for k in keys))
+                else:
+                    cells.append(fmt.format(row.get(keys, 0)))
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["| drain (median of rounds; ratio to bare) | bare | version 4 | laboratory |",
+              "|---|---:|---:|---:|"]
+    for title, key in (("one job at a time", "drains"), ("batches of 10", "drains_batch_10"),
+                       ("batches of 100", "drains_batch_100")):
+        for workers, by_system in sorted(figures[key].items(), key=lambda item: int(item[0])):
+            cells = [f"{by_system[s]['median_jobs_s']:,.0f} jobs/s ({by_system[s]['ratio_to_bare']:.2f}×)"
+                     for s in SYSTEMS]
+            lines.append(f"| {title}, {workers} worker{'s' if workers != '1' else ''} | "
+                         + " | ".join(cells) + " |")
+    later = figures["later"]
+    lines += ["", f"| with {figures['later_jobs']:,} jobs due later, server µs per call | bare | version 4 | laboratory |",
+              "|---|---:|---:|---:|"]
+    for probe in ("empty claim", "next_due"):
+        cells = [f"{later[s][probe]:,.0f}" if probe in later[s] else "—" for s in SYSTEMS]
+        lines.append(f"| {probe} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -347,8 +391,18 @@ def main(argv: list[str] | None = None) -> int:
             print(system, json.dumps({k: v for k, v in row.items() if k not in ("by_relation", "statements_us")}))
         figures["drains"] = asyncio.run(drains(url, admin, args.rounds, args.drain_jobs, (1, 4)))
         print("drains:", json.dumps(figures["drains"]))
+        for size in (10, 100):
+            figures[f"per_job_batch_{size}"] = asyncio.run(
+                diagnostics(url, admin, stats, args.diag_jobs, size))
+            for system, row in figures[f"per_job_batch_{size}"].items():
+                print(f"batch {size}", system, json.dumps(
+                    {k: v for k, v in row.items() if k not in ("by_relation", "statements_us")}))
+            figures[f"drains_batch_{size}"] = asyncio.run(
+                drains(url, admin, args.rounds, args.drain_jobs, (4,), size))
+            print(f"drains, batch {size}:", json.dumps(figures[f"drains_batch_{size}"]))
         # Last: version 4's jobs due later stay behind (only purge's terminal jobs go).
         figures["later"] = asyncio.run(later_probes(url, admin, stats, args.later))
+        figures["later_jobs"] = args.later
         print("with jobs due later, server µs:", json.dumps(figures["later"]))
     args.out.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     db.drop_database(args.url, "fenceq_v5_layout")

@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS v5lab._jobs (
     created_at    timestamptz NOT NULL,
     finished_at   timestamptz,
     CONSTRAINT _jobs_pkey PRIMARY KEY (job_id)
-) WITH (fillfactor = 80);
+) WITH (fillfactor = 50);
 
 CREATE TABLE IF NOT EXISTS v5lab._ready (
     queue    text COLLATE "C" NOT NULL,
@@ -209,5 +209,119 @@ BEGIN
       FROM retired AS r
      WHERE j.job_id = r.job_id;
     RETURN FOUND;
+END
+$$;
+
+-- claim_batch: claim_next for up to cardinality(claim_tokens) jobs in one
+-- claiming statement, token i going to the i-th job in claim order; the
+-- same later statement refuses a retired token.
+CREATE OR REPLACE FUNCTION v5lab.claim_batch(queue text, owner_id text, claim_tokens text[],
+                                             lease interval DEFAULT '30 seconds')
+RETURNS TABLE (job_id text, task text, payload jsonb, attempt integer, generation bigint,
+               claim_token text, lease_expires_at timestamptz)
+LANGUAGE plpgsql SET search_path = pg_catalog, v5lab, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_rows jsonb;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'claims need READ COMMITTED' USING ERRCODE = 'QF305';
+    END IF;
+    WITH due AS (
+        DELETE FROM v5lab._scheduled AS s
+         WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM v5lab._scheduled AS d
+                                    WHERE d.queue = claim_batch.queue AND d.run_at <= v_now
+                                    ORDER BY d.run_at LIMIT 100 FOR UPDATE SKIP LOCKED))
+        RETURNING s.queue, s.priority, s.run_at, s.seq, s.job_id)
+    INSERT INTO v5lab._ready (queue, priority, run_at, seq, job_id)
+    SELECT d.queue, d.priority, d.run_at, d.seq, d.job_id FROM due AS d;
+
+    WITH heads AS MATERIALIZED (
+        SELECT h.ctid AS row_id, h.job_id, h.priority, h.run_at, h.seq
+          FROM v5lab._ready AS h
+         WHERE h.queue = claim_batch.queue AND h.run_at <= v_now
+         ORDER BY h.priority DESC, h.run_at, h.seq
+         LIMIT cardinality(claim_batch.claim_tokens) FOR UPDATE SKIP LOCKED),
+    picked AS MATERIALIZED (
+        DELETE FROM v5lab._ready AS r USING heads AS h
+         WHERE r.ctid = h.row_id
+        RETURNING h.job_id, h.priority, h.run_at, h.seq, clock_timestamp() AS locked_at),
+    ordered AS MATERIALIZED (
+        SELECT p.job_id, p.locked_at,
+               row_number() OVER (ORDER BY p.priority DESC, p.run_at, p.seq) AS n
+          FROM picked AS p),
+    paired AS MATERIALIZED (
+        SELECT o.job_id, o.locked_at, o.n, t.token
+          FROM ordered AS o
+          JOIN unnest(claim_batch.claim_tokens) WITH ORDINALITY AS t (token, n) ON t.n = o.n),
+    claimed AS (
+        INSERT INTO v5lab._claimed AS c (claim_token, job_id, queue, owner_id, generation,
+                                         lease_expires_at, claimed_at)
+        SELECT p.token, j.job_id, claim_batch.queue, claim_batch.owner_id, j.generation + 1,
+               p.locked_at + claim_batch.lease, p.locked_at
+          FROM paired AS p JOIN v5lab._jobs AS j ON j.job_id = p.job_id
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING c.job_id, c.claim_token, c.generation, c.lease_expires_at)
+    SELECT jsonb_build_object('picked', (SELECT count(*) FROM paired),
+                              'rows', coalesce(jsonb_agg(jsonb_build_array(c.job_id, j.task, j.payload,
+                                  j.attempts + 1, c.generation, c.claim_token, c.lease_expires_at)
+                                  ORDER BY p.n), '[]'))
+      INTO v_rows
+      FROM claimed AS c JOIN paired AS p ON p.token = c.claim_token
+      JOIN v5lab._jobs AS j ON j.job_id = c.job_id;
+    IF jsonb_array_length(v_rows -> 'rows') < (v_rows ->> 'picked')::integer THEN
+        RAISE EXCEPTION 'a claim token was already used' USING ERRCODE = 'QF301';
+    END IF;
+    -- Its own statement: a snapshot taken after the inserts' waits.
+    IF EXISTS (SELECT 1 FROM v5lab._spent AS s WHERE s.claim_token = ANY (claim_batch.claim_tokens)) THEN
+        RAISE EXCEPTION 'a claim token was already used' USING ERRCODE = 'QF301';
+    END IF;
+    RETURN QUERY
+    SELECT r ->> 0, r ->> 1, r -> 2, (r ->> 3)::integer, (r ->> 4)::bigint, r ->> 5,
+           (r ->> 6)::timestamptz
+      FROM jsonb_array_elements(v_rows -> 'rows') AS r;
+END
+$$;
+
+-- complete_batch: complete for each fence, in one statement over the
+-- claims locked in token order; element i answers for fence i.
+CREATE OR REPLACE FUNCTION v5lab.complete_batch(job_ids text[], owner_ids text[], generations bigint[],
+                                                claim_tokens text[])
+RETURNS boolean[] LANGUAGE plpgsql SET search_path = pg_catalog, v5lab, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+DECLARE
+    v_answers boolean[];
+BEGIN
+    WITH fences AS MATERIALIZED (
+        SELECT f.* FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                               complete_batch.generations, complete_batch.claim_tokens)
+                        WITH ORDINALITY AS f (job_id, owner_id, generation, claim_token, n)),
+    locked AS MATERIALIZED (
+        SELECT l.*, clock_timestamp() AS locked_at FROM (
+            SELECT c.* FROM v5lab._claimed AS c
+             WHERE c.claim_token IN (SELECT f.claim_token FROM fences AS f)
+             ORDER BY c.claim_token FOR UPDATE) AS l),
+    retired AS (
+        DELETE FROM v5lab._claimed AS c USING locked AS l, fences AS f
+         WHERE c.claim_token = l.claim_token AND f.claim_token = l.claim_token
+           AND l.job_id = f.job_id AND l.owner_id = f.owner_id AND l.generation = f.generation
+           AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
+        RETURNING c.claim_token, c.job_id, c.generation, c.owner_id, c.claimed_at, l.locked_at),
+    spent AS (
+        INSERT INTO v5lab._spent (claim_token, job_id, generation, owner_id, claimed_at, retired_at)
+        SELECT r.claim_token, r.job_id, r.generation, r.owner_id, r.claimed_at, r.locked_at
+          FROM retired AS r),
+    ended AS (
+        UPDATE v5lab._jobs AS j
+           SET status = 'completed', finished_at = r.locked_at,
+               attempts = j.attempts + 1, generation = r.generation
+          FROM retired AS r
+         WHERE j.job_id = r.job_id
+        RETURNING r.claim_token)
+    SELECT array_agg(e.claim_token IS NOT NULL ORDER BY f.n) INTO v_answers
+      FROM fences AS f LEFT JOIN ended AS e ON e.claim_token = f.claim_token;
+    RETURN v_answers;
 END
 $$;
