@@ -239,14 +239,14 @@ def two_jobs(client: fenceq.Client) -> None:
 
 @pytest.mark.parametrize("call", ["claim_next", "claim_batch"])
 @pytest.mark.parametrize("first_ends", ["commit", "rollback"])
-@pytest.mark.parametrize("completed", [False, True])
-def test_one_claim_token_from_two_sessions(race, call, first_ends, completed):
+@pytest.mark.parametrize("retired_by", [None, "complete", "release"])
+def test_one_claim_token_from_two_sessions(race, call, first_ends, retired_by):
     two_jobs(race.client)
     first = race.hold()
     claim = first.run(ops.claim_next(["q"], "w1", "T"))
     assert claim.job_id == "j1"
-    if completed:
-        assert first.run(ops.complete(claim.fence)) is True
+    if retired_by:
+        assert first.run(getattr(ops, retired_by)(claim.fence)) is True
     second = race.waiting(lambda client: (
         client.claim_next(["q"], "w2", "T") is not None if call == "claim_next"
         else len(client.claim_batch(["q"], "w2", ["T"]))))
@@ -254,8 +254,8 @@ def test_one_claim_token_from_two_sessions(race, call, first_ends, completed):
 
     if first_ends == "commit":
         assert answer(second) == "QF301"
-        assert token_state(race.client) == ("completed" if completed else "claimed", "pending",
-                                            not completed, False)
+        first_status = {None: "claimed", "complete": "completed", "release": "pending"}[retired_by]
+        assert token_state(race.client) == (first_status, "pending", retired_by is None, False)
     else:
         assert answer(second) in (True, 1)
         # Differs from PostgreSQL (j2: j1 was locked) in that claims take
