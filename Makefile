@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test bench sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz
+.PHONY: install test test-isolation bench sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,12 @@ pg-stop:
 
 test: install pg-start
 	$(BIN)/pytest -q
+	$(MAKE) test-isolation
+
+# Issue 19 §1: every race docs/guarantees.md names, pinned with PostgreSQL's
+# own isolation tester against the test server (docs/testing.md).
+test-isolation: install pg-start
+	tests/isolation/run
 
 BENCH_PG_URL := postgresql://postgres@127.0.0.1:54339/postgres
 BENCH_ARGS ?=
