@@ -177,10 +177,10 @@ def test_reap_against_a_completion_that_holds_the_job(race):
     race.client.submit("q", "task", job_id="j")
     fence = claimed_fence(race.client, "q", "j")
 
-    assert race.client.heartbeat(fence, lease=timedelta(seconds=1)) is True
+    assert race.client.heartbeat(fence, lease=timedelta(seconds=3)) is True
     worker = race.hold()
-    assert worker.run(ops.complete(fence)) is True  # within the second
-    time.sleep(1)  # the lease lapses while the completion is not committed
+    assert worker.run(ops.complete(fence)) is True  # within the three seconds
+    time.sleep(3)  # the lease lapses while the completion is not committed
     reaped = race.waiting(lambda client: client.reap())
     worker.commit()
 
