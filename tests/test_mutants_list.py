@@ -26,6 +26,11 @@ def test_every_section_with_a_rule_in_sql_has_a_mutant_on_each_engine_it_names()
     assert {m.engine for m in listed} == set(mutants.ENGINES)
 
 
+def test_the_admission_check_the_plugin_leaves_out_is_found_once():
+    script = mutants.install_script_without_admission(mutants.REPO / "sql")
+    assert "verify_schema checks" not in script and "COMMENT ON FUNCTION fenceq.verify_schema" in script
+
+
 def test_a_drifted_original_is_reported(tmp_path):
     (tmp_path / "sql" / "postgres").mkdir(parents=True)
     (tmp_path / "sql" / "postgres" / "050_workers.sql").write_text("FOR UPDATE; FOR UPDATE;", encoding="utf-8")

@@ -19,28 +19,21 @@ Test harness only: the product reads no such variable.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import psycopg
 
+import mutants
 from fenceq.backends import migrations, postgres, sqlite
 
 _ROOT = Path(os.environ["FENCEQ_TEST_MUTANT_SQL"])
 _ENGINE = os.environ["FENCEQ_TEST_MUTANT_ENGINE"]
 
 
-_ADMISSION = re.compile(r"^-- Admission: .*?^END\n\$\$;\n", re.M | re.S)
-
-
 def _install_mutant_postgres(url: str) -> None:
-    script = "\n".join(path.read_text(encoding="utf-8")
-                       for path in sorted((_ROOT / "postgres").glob("[0-9]*.sql")))
-    script, found = _ADMISSION.subn("", script)
-    if found != 1:
-        raise RuntimeError(f"the install script's admission check was found {found} times, not once")
+    script = mutants.install_script_without_admission(_ROOT)
     with psycopg.connect(postgres.connection_url(url), autocommit=True) as conn:
-        conn.execute(f"BEGIN;\n{script}\nCOMMIT;".encode())
+        conn.execute(script.encode())
 
 
 if _ENGINE == "postgres":

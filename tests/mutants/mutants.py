@@ -90,6 +90,22 @@ def problems(mutants: list[Mutant], repo: Path = REPO, node_ids: set[str] | None
     return found
 
 
+# The install script's closing admission check (verify_schema must pass),
+# which mutant_plugin.py leaves out so that the tests, not the install,
+# have to notice a mutant it would refuse.
+_ADMISSION = re.compile(r"^-- Admission: .*?^END\n\$\$;\n", re.M | re.S)
+
+
+def install_script_without_admission(sql_root: Path) -> str:
+    """The PostgreSQL install script of sql_root (its postgres/*.sql in
+    order, in one transaction) without its admission check."""
+    script = "\n".join(path.read_text(encoding="utf-8") for path in sorted((sql_root / "postgres").glob("[0-9]*.sql")))
+    script, found = _ADMISSION.subn("", script)
+    if found != 1:
+        raise ValueError(f"the install script's admission check was found {found} times, not once")
+    return f"BEGIN;\n{script}\nCOMMIT;"
+
+
 def apply(mutant: Mutant, target: Path, repo: Path = REPO) -> None:
     """Copy the repository's sql/ to target/sql with this one break applied."""
     shutil.copytree(repo / "sql", target / "sql")
