@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "mutants"))
 import mutants  # noqa: E402
 
 # The docs/guarantees.md sections whose rules live in SQL; each has a mutant.
-SECTIONS_WITH_SQL_RULES = {"§1", "§2", "§3", "§4", "§5", "§6", "§7", "§10", "§12", "§13", "§14", "§15", "§16", "§17"}
+SECTIONS_WITH_SQL_RULES = {"§1", "§2", "§3", "§4", "§5", "§6", "§7", "§10",
+                           "§12", "§13", "§14", "§15", "§16", "§17"}
 
 
 def test_every_mutant_applies_to_the_current_sql():
