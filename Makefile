@@ -109,3 +109,12 @@ FUZZ_FUNCTIONS ?=
 fuzz: install pg-start
 	$(BIN)/python tests/fuzz/fuzz_run.py --url postgresql://postgres@127.0.0.1:$(FENCEQ_TEST_PG_PORT)/postgres --calls $(FUZZ_CALLS) \
 		$(if $(FUZZ_ENGINES),--engines $(FUZZ_ENGINES)) $(if $(FUZZ_FUNCTIONS),--functions $(FUZZ_FUNCTIONS))
+
+# Issue 19 §2 (docs/mutants.md): each mutant of tests/mutants/mutants.toml
+# breaks one rule of the SQL; its killer tests must turn red. On demand, not
+# in `make test` (which checks only that the list still applies).
+# MUTANTS (a comma list of ids) runs a part.
+MUTANTS ?=
+.PHONY: mutants
+mutants: install pg-start
+	$(BIN)/python tests/mutants/run.py $(if $(MUTANTS),--only $(MUTANTS))
