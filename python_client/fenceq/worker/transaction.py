@@ -1,0 +1,71 @@
+"""A handler's transaction (``ctx.transaction()``, docs/transactions.md):
+the handler's own statements, the follow-up jobs it submits and the job's
+completion under its fence commit together, or none of them do.
+
+The block runs on a connection opened for it (never one of the pool's, so
+heartbeats go on meanwhile). On leaving it, ``complete`` runs inside the
+transaction, after locking the job's row: COMMIT follows only when it
+answered true. When it answered false the transaction rolls back and the
+handler meets ``LeaseLost`` (a stale or expired fence) or ``JobCancelled``
+(a cancel request). A COMMIT whose answer was lost is settled as every
+uncertain write is: the job row tells whether this claim's completion, and
+with it the handler's writes, landed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import AsyncIterator
+
+from ..errors import PersistenceFailed, config_error
+from ..types import ClaimState
+from .context import AsyncJobTransaction, JobCancelled, LeaseLost
+from .fenced_writer import FencedWriter, completed_by
+from .pool import Pool
+from .state import InFlight, WorkerState
+
+
+class Transactions:
+    def __init__(self, state: WorkerState, pool: Pool, writer: FencedWriter):
+        self._state = state
+        self._pool = pool
+        self._writer = writer
+
+    @contextlib.asynccontextmanager
+    async def open(self, job: InFlight) -> AsyncIterator[AsyncJobTransaction]:
+        if job.committed:
+            raise config_error("QF100", "this job's transaction committed already: the job is completed")
+        if job.lost.is_set() or job.abandoned:
+            raise LeaseLost()
+        async with self._pool.client() as client:
+            opening = client.transaction()  # its connection opens with the block, outside the pool
+        committing = False
+        try:
+            async with opening as tx:
+                block = AsyncJobTransaction(tx)
+                yield block
+                # From here a refused heartbeat means this completion took effect.
+                job.settling = True
+                if not await tx.complete(job.fence, block.result):
+                    self._refused(job, await tx.claim_state(job.fence))
+                committing = True
+        except PersistenceFailed:
+            # Only COMMIT's answer can be lost once committing: ask the job row.
+            if not committing or not await self._writer.landed(job, "transaction", completed_by(job)):
+                raise
+        finally:
+            job.settling = committing
+        job.committed = True
+
+    def _refused(self, job: InFlight, standing: ClaimState | None) -> None:
+        """The completion in the transaction answered false: say why (it rolls back)."""
+        state = self._state
+        if standing is not None and standing.cancel_requested:
+            job.cancelled.set()
+            state.events.emit("transaction_rolled_back", "transaction rolled back: a cancel was requested",
+                              level=logging.WARNING, **job.fields)
+            raise JobCancelled()
+        state.counts["refused"] += 1
+        state.lose(job, "transaction rolled back: its completion was refused (the fence is stale or expired)")
+        raise LeaseLost()
