@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 
 import pytest
 
 import fenceq
 from conftest import PATIENCE, SHORT_LEASE, async_wait_for, read_trace, running, wait_for
-from fenceq.worker import Worker
+from fenceq.worker import App, Worker
 from fq_worker_apps import LEDGER
 from fq_worker_apps import app as tasks_app
 
@@ -188,6 +187,32 @@ async def test_lost_commit_answer_is_settled_by_the_job_row(ledger, work_queue, 
 async def _completed(client, job_id):
     job = await client.get_job(job_id)
     return job if job.status == "completed" else None
+
+
+async def test_a_result_that_cannot_be_stored_fails_without_retry_and_writes_nothing(ledger, work_queue):
+    db = ledger
+    app = App(queues=[work_queue])
+
+    @app.task("unstorable")
+    async def unstorable(ctx):
+        async with ctx.transaction() as tx:
+            await tx.execute("INSERT INTO effects VALUES ('unstorable', 1, 1)")
+            tx.result = {"not json": object()}
+
+    client = await db.connect_async()
+    try:
+        job_id = await client.submit(work_queue, "unstorable")
+        async with running(Worker(app, url=db.url, **FAST)):
+            job = await async_wait_for(lambda: _failed(client, job_id), PATIENCE, "the job fails")
+        assert job.attempts == 1 and "could not be stored" in job.last_error
+        assert effects(db) == []
+    finally:
+        await client.close()
+
+
+async def _failed(client, job_id):
+    job = await client.get_job(job_id)
+    return job if job.status == "failed" else None
 
 
 def test_transaction_of_a_client_on_your_own_connection_is_refused(pg):

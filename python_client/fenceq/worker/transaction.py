@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
-from ..errors import PersistenceFailed, config_error
+from ..errors import ConfigError, PersistenceFailed, config_error
 from ..types import ClaimState
-from .context import AsyncJobTransaction, JobCancelled, LeaseLost
+from .context import AsyncJobTransaction, JobCancelled, LeaseLost, NonRetryable
 from .fenced_writer import FencedWriter, completed_by
 from .pool import Pool
 from .state import InFlight, WorkerState
@@ -40,23 +40,33 @@ class Transactions:
             raise LeaseLost()
         async with self._pool.client() as client:
             opening = client.transaction()  # its connection opens with the block, outside the pool
-        committing = False
+        committing = committed = False
         try:
             async with opening as tx:
                 block = AsyncJobTransaction(tx)
                 yield block
-                # From here a refused heartbeat means this completion took effect.
+                # From here a refused heartbeat may mean this completion took effect.
                 job.settling = True
-                if not await tx.complete(job.fence, block.result):
+                if not await self._complete(tx, job, block.result):
                     self._refused(job, await tx.claim_state(job.fence))
                 committing = True
+            committed = True
         except PersistenceFailed:
             # Only COMMIT's answer can be lost once committing: ask the job row.
             if not committing or not await self._writer.landed(job, "transaction", completed_by(job)):
                 raise
+            committed = True
         finally:
-            job.settling = committing
+            job.settling = committed
         job.committed = True
+
+    @staticmethod
+    async def _complete(tx: Any, job: InFlight, result: Any) -> bool:
+        try:
+            return await tx.complete(job.fence, result)
+        except ConfigError as error:
+            # The result is not storable JSON: no retry would fix it.
+            raise NonRetryable(f"the transaction's result could not be stored: {error}") from error
 
     def _refused(self, job: InFlight, standing: ClaimState | None) -> None:
         """The completion in the transaction answered false: say why (it rolls back)."""
