@@ -40,7 +40,7 @@ import psycopg
 
 import fenceq
 import netlab
-from audit import CHECKS, Database, Journals, audit, late_writes
+from audit import CHECKS, EFFECTS_TABLE, Database, Journals, audit, late_writes
 
 HERE = Path(__file__).resolve().parent
 PG_BIN = Path(os.environ.get("FENCEQ_PG_BINDIR", "/usr/lib/postgresql/15/bin"))
@@ -233,6 +233,7 @@ class Drill:
         subprocess.run([str(Path(sys.executable).parent / "fenceq"), "migrate", "--url", self.db.local_url],
                        check=True, stdout=subprocess.DEVNULL)
         self.connection = psycopg.connect(self.db.local_url, autocommit=True)
+        self.connection.execute(EFFECTS_TABLE)
         with fenceq.connect(self.db.local_url) as client:
             client.create_queue(QUEUE, lease=timedelta(seconds=self.options.lease), max_attempts=100,
                                 backoff_base=timedelta(0), backoff_max=timedelta(0))
@@ -493,7 +494,8 @@ def markdown(summary: dict) -> str:
          f"{summary['jobs_with_generation_above_1']}, {summary['max_generation']}"),
         ("fenceq.attempts rows", summary["attempts_rows"]),
         ("completions by host", ", ".join(f"{h} {n}" for h, n in summary["completions_by_host"].items())),
-        ("accepted on a stale fence / lost / completed twice / claims unaccounted",
+        ("effect rows (the handler's own table)", summary["effect_rows"]),
+        ("accepted on a stale fence / lost / completed twice / claims unaccounted / effects not once",
          " / ".join(str(summary["violations"][c]) for c in CHECKS)),
         ("duration", f"{summary['duration_seconds']} s"),
     ]
