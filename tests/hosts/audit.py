@@ -21,8 +21,8 @@ WRITES = {"heartbeat": "heartbeats", "heartbeat_batch": "heartbeats", "checkpoin
           "complete": "completions", "complete_batch": "completions", "fail": "failures",
           "release": "releases", "acknowledge_cancel": "acknowledgements"}
 CLAIMS = ("claim_next", "claim_batch", "recover_claim")
-# The handler's own table: one row per finish, committed with its completion
-# in ctx.transaction() (docs/transactions.md).
+# The handler's own table: one row per finish in ctx.transaction(), committed
+# with its completion (docs/transactions.md).
 EFFECTS_TABLE = "CREATE TABLE host_effects (job_id text NOT NULL, generation integer NOT NULL, owner_id text NOT NULL)"
 
 
@@ -80,11 +80,12 @@ class Database:
     @classmethod
     def read(cls, connection: Any) -> "Database":
         jobs = {}
-        for job_id, status, generation, owner, result, finished in connection.execute(
-                "SELECT job_id, status, generation, owner_id, result, extract(epoch FROM finished_at)"
-                " FROM fenceq.jobs"):
+        for job_id, status, generation, owner, result, finished, transaction in connection.execute(
+                "SELECT job_id, status, generation, owner_id, result, extract(epoch FROM finished_at),"
+                " coalesce((payload->>'transaction')::boolean, false) FROM fenceq.jobs"):
             jobs[job_id] = {"status": status, "generation": generation, "owner": owner, "result": result,
-                            "finished_at": None if finished is None else float(finished)}
+                            "finished_at": None if finished is None else float(finished),
+                            "transaction": transaction}
         attempts = {}
         for job_id, generation, owner, claimed in connection.execute(
                 "SELECT job_id, generation, owner_id, extract(epoch FROM claimed_at) FROM fenceq.attempts"):
@@ -228,13 +229,15 @@ def _claims(db: Database, hosts: list[Journals], report: Audit) -> None:
 
 
 def _effects(db: Database, report: Audit) -> None:
-    """The handler's own table holds exactly one row per completed job, the
-    completing claim's, and none for a job that did not complete."""
+    """The handler's own table holds exactly one row per completed job that
+    finished in a transaction, the completing claim's, and none for any
+    other job."""
     rows: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for job_id, gen, owner in db.effects:
         rows[job_id].append((gen, owner))
     for job_id, job in db.jobs.items():
-        expected = [(job["generation"], job["owner"])] if job["status"] == "completed" else []
+        completed_in_transaction = job["status"] == "completed" and job["transaction"]
+        expected = [(job["generation"], job["owner"])] if completed_in_transaction else []
         if sorted(rows.get(job_id, [])) != expected:
             report.flag("effects_not_once", f"{job_id}: effect rows {sorted(rows.get(job_id, []))}, "
                         f"expected {expected}")

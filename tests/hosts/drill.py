@@ -254,7 +254,8 @@ class Drill:
                 if due < backlog:
                     start = len(self.submitted)
                     self.submitted += client.submit_batch(QUEUE, [
-                        {"task": "steps", "payload": payload, "submission_id": f"hosts-{i}"}
+                        {"task": "steps", "payload": {**payload, "transaction": i % 2 == 0},
+                         "submission_id": f"hosts-{i}"}
                         for i in range(start, min(start + backlog, o.jobs))])
                 self._stop_feeding.wait(0.05)
 
@@ -291,14 +292,15 @@ class Drill:
 
     def _mid_job(self, host: str) -> bool:
         """Whether ``host`` has claimed jobs both in a checkpointed step and in
-        the unrecorded finish (so a cut strands checkpoints and completions)."""
+        the unrecorded finish outside a transaction (so a cut strands
+        checkpoints and completions that are re-sent after the heal)."""
         claimed = self._claimed(host)
         if len(claimed) < self.options.concurrency // 2:
             return False
         latest: dict[str, str] = {}
         for effect in self.workers[host].journals().effects:
             if claimed.get(effect["job"]) == effect["gen"]:
-                latest[effect["job"]] = effect["what"]
+                latest[effect["job"]] = "in_transaction" if effect.get("transaction") else effect["what"]
         phases = set(latest.values())
         return {"step", "finish"} <= phases
 

@@ -61,8 +61,10 @@ def effect(ctx, what: str, **fields: Any) -> None:
 def steps(ctx):
     """``steps`` steps of ``step_seconds`` each, checkpointed one by one (a
     later claim skips the steps already recorded), then ``finish_seconds``
-    of work that no checkpoint records, inside ``ctx.transaction()``: one
-    row in ``host_effects`` that commits with the result. The
+    of work that no checkpoint records, then the result; with
+    ``transaction`` (every other job) that finish runs inside
+    ``ctx.transaction()`` and writes one row in ``host_effects``, which
+    commits with the result (docs/transactions.md). The
     handler never stops early on its own: a claim that lost its lease keeps
     trying to write, which is what the test needs to see refused."""
     for step in range(ctx.payload["steps"]):
@@ -75,13 +77,17 @@ def steps(ctx):
         except LeaseLost:
             effect(ctx, "lost", step=step)
             raise
-    effect(ctx, "finish")
-    # The finish is an effect in the database's own table, in a transaction
-    # that commits only with this claim's completion (docs/transactions.md).
+    result = {"gen": ctx.generation, "owner": ctx.owner_id}
+    effect(ctx, "finish", transaction=ctx.payload["transaction"])
+    if not ctx.payload["transaction"]:
+        time.sleep(ctx.payload["finish_seconds"])
+        return result
+    # The finish is an effect in a table of the database's own, in a
+    # transaction that commits only with this claim's completion.
     with ctx.transaction() as tx:
         tx.execute("INSERT INTO host_effects VALUES (%s, %s, %s)", (ctx.job_id, ctx.generation, ctx.owner_id))
         time.sleep(ctx.payload["finish_seconds"])
-        tx.result = {"gen": ctx.generation, "owner": ctx.owner_id}
+        tx.result = result
 
 
 def _fence(fence: Fence) -> list:

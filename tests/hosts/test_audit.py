@@ -19,9 +19,9 @@ def clean_run() -> tuple[Database, list[Journals]]:
     refused. Job b: w2, one claim, completed."""
     db = Database(
         jobs={"a": {"status": "completed", "generation": 2, "owner": "w2", "result": {"gen": 2, "owner": "w2"},
-                    "finished_at": 107.5},
+                    "finished_at": 107.5, "transaction": True},
               "b": {"status": "completed", "generation": 1, "owner": "w2", "result": {"gen": 1, "owner": "w2"},
-                    "finished_at": 101.0}},
+                    "finished_at": 101.0, "transaction": True}},
         attempts={("a", 1): {"owner": "w1", "claimed_at": 100.0}, ("a", 2): {"owner": "w2", "claimed_at": 106.0},
                   ("b", 1): {"owner": "w2", "claimed_at": 100.0}},
         checkpoints=[{"job": "a", "step": "step0", "value": {"gen": 1, "owner": "w1"}, "generation": 1,
@@ -96,6 +96,10 @@ def lose_an_effect(db, hosts):
     db.effects.remove(("b", 1, "w2"))
 
 
+def write_an_effect_outside_a_transaction(db, hosts):
+    db.jobs["b"]["transaction"] = False
+
+
 def skip_a_generation(db, hosts):
     db.attempts[("b", 3)] = db.attempts.pop(("b", 1))
     hosts[1].calls[0]["fences"] = [["b", 3, "w2"]]
@@ -112,6 +116,7 @@ def skip_a_generation(db, hosts):
     (skip_a_generation, "claims_unaccounted"),
     (commit_a_stale_effect, "effects_not_once"),
     (lose_an_effect, "effects_not_once"),
+    (write_an_effect_outside_a_transaction, "effects_not_once"),
 ], ids=lambda v: getattr(v, "__name__", v))
 def test_each_broken_promise_is_caught(change, check):
     counts = broken(change)

@@ -46,7 +46,7 @@ class Transactions:
                 block = AsyncJobTransaction(tx)
                 yield block
                 # From here a refused heartbeat may mean this completion took effect.
-                job.settling = True
+                job.completing = True
                 if not await self._complete(tx, job, block.result):
                     self._refused(job, await tx.claim_state(job.fence))
                 committing = True
@@ -57,7 +57,7 @@ class Transactions:
                 raise
             committed = True
         finally:
-            job.settling = committed
+            job.completing = committed
         job.committed = True
 
     @staticmethod
