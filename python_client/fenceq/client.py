@@ -330,9 +330,11 @@ class AsyncClient(_Operations):
         return AsyncHeldLock(self, lock, owner_id, ttl, on_lost)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator["AsyncTransaction"]:
-        """``async with client.transaction() as tx``: as ``Client.transaction``."""
-        async with self._backend.transaction() as tx:
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncTransaction"]:
+        """``async with client.transaction() as tx``: as ``Client.transaction``.
+        ``own_connection``: on this client's own connection instead of a
+        new one, for a client that nothing else uses meanwhile."""
+        async with self._backend.transaction(own_connection) as tx:
             yield AsyncTransaction(tx)
 
     async def close(self) -> None:

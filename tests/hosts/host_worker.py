@@ -170,10 +170,10 @@ class RecordingClient:
         return recorded
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[RecordingTransaction]:
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator[RecordingTransaction]:
         recording: RecordingTransaction | None = None
         try:
-            async with self._client.transaction() as transaction:
+            async with self._client.transaction(own_connection) as transaction:
                 recording = RecordingTransaction(transaction)
                 yield recording
         except Exception as error:

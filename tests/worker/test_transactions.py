@@ -148,8 +148,8 @@ class LoseCommitAnswer:
                 return getattr(client, name)
 
             @contextlib.asynccontextmanager
-            async def transaction(self):
-                async with client.transaction() as tx:
+            async def transaction(self, **options):
+                async with client.transaction(**options) as tx:
                     yield tx
                     if faults.before and not faults.hits:
                         faults.hits += 1

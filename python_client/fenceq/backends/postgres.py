@@ -475,11 +475,15 @@ class AsyncPostgresBackend:
         return getattr(error.__cause__, "sqlstate", None) in _SCHEMA_MISSING
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator["AsyncPostgresTransaction"]:
-        """As ``PostgresBackend.transaction``."""
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncPostgresTransaction"]:
+        """As ``PostgresBackend.transaction``; with ``own_connection``, on the
+        connection this backend owns (its caller keeps every other call off
+        it meanwhile)."""
         if self._pool is None and not self._owned:
             raise config_error("QF100", "a client on your own connection runs in your transaction already")
-        async with self._transaction_connection() as conn:
+        async with contextlib.AsyncExitStack() as stack:
+            conn = self._connection if own_connection and self._pool is None else \
+                await stack.enter_async_context(self._transaction_connection())
             async with _async_transaction_block(conn):
                 yield AsyncPostgresTransaction(conn)
 

@@ -119,8 +119,10 @@ class AsyncBackend(Protocol):
     def listener(self, channels: Sequence[str]) -> AsyncContextManager[AsyncListener | None]:
         """As ``Backend.listener``."""
 
-    def transaction(self) -> AsyncContextManager[AsyncTransaction]:
-        """As ``Backend.transaction``."""
+    def transaction(self, own_connection: bool = False) -> AsyncContextManager[AsyncTransaction]:
+        """As ``Backend.transaction``; with ``own_connection``, on the
+        connection this backend owns, which its caller keeps every other
+        call off meanwhile (a worker's transaction connections)."""
 
 
 # Reads for operators' tools -------------------------------------------------------

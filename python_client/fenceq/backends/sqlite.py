@@ -492,11 +492,17 @@ class AsyncSqliteBackend:
         yield None  # no notifications: waits poll
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator["AsyncSqliteTransaction"]:
-        """As ``SqliteBackend.transaction``, on a thread of its own."""
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fenceq-sqlite-tx")
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncSqliteTransaction"]:
+        """As ``SqliteBackend.transaction``, on a thread of its own; with
+        ``own_connection``, on this backend's connection and thread (its
+        caller keeps every other call off it meanwhile)."""
+        if own_connection:
+            executor = self._executor
+            opening = _transaction_on(self._backend._connection)
+        else:
+            executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fenceq-sqlite-tx")
+            opening = _transaction_connection(self._backend.path)
         loop = asyncio.get_running_loop()
-        opening = _transaction_connection(self._backend.path)
         try:
             connection = await loop.run_in_executor(executor, opening.__enter__)
             tx = AsyncSqliteTransaction(SqliteTransaction(connection), executor)
@@ -507,7 +513,8 @@ class AsyncSqliteBackend:
                 raise
             await loop.run_in_executor(executor, opening.__exit__, None, None, None)
         finally:
-            executor.shutdown(wait=False)
+            if executor is not self._executor:
+                executor.shutdown(wait=False)
 
 
     @contextlib.asynccontextmanager
@@ -536,26 +543,34 @@ def write_lock_held(url: str) -> bool:
 
 @contextlib.contextmanager
 def _transaction_connection(path: str) -> Iterator[sqlite3.Connection]:
-    """A new connection in ``BEGIN IMMEDIATE`` for the block; COMMIT when it
-    ends, ROLLBACK when it raises. A failed COMMIT raises PersistenceFailed."""
+    """A new connection in ``BEGIN IMMEDIATE`` for the block (as
+    ``_transaction_on``), closed after."""
     connection = open_connection(path)
     try:
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise PersistenceFailed() from exc
-        try:
+        with _transaction_on(connection):
             yield connection
-        except BaseException:
-            _rollback(connection)
-            raise
-        try:
-            connection.execute("COMMIT")
-        except sqlite3.Error as exc:
-            _rollback(connection)
-            raise PersistenceFailed() from exc
     finally:
         connection.close()
+
+
+@contextlib.contextmanager
+def _transaction_on(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` on the connection for the block; COMMIT when it
+    ends, ROLLBACK when it raises. A failed COMMIT raises PersistenceFailed."""
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    try:
+        yield connection
+    except BaseException:
+        _rollback(connection)
+        raise
+    try:
+        connection.execute("COMMIT")
+    except sqlite3.Error as exc:
+        _rollback(connection)
+        raise PersistenceFailed() from exc
 
 
 class SqliteTransaction:

@@ -2,8 +2,9 @@
 the handler's own statements, the follow-up jobs it submits and the job's
 completion under its fence commit together, or none of them do.
 
-The block runs on a connection opened for it (never one of the pool's, so
-heartbeats go on meanwhile). On leaving it, ``complete`` runs inside the
+The block runs on a client of its own (kept for the next block after a clean
+commit, never one the other calls take turns on, so heartbeats go on
+meanwhile). On leaving it, ``complete`` runs inside the
 transaction, after locking the job's row: COMMIT follows only when it
 answered true. When it answered false the transaction rolls back and the
 handler meets ``LeaseLost`` (a stale or expired fence) or ``JobCancelled``
@@ -31,6 +32,7 @@ class Transactions:
         self._state = state
         self._pool = pool
         self._writer = writer
+        self._idle: list[Any] = []  # transaction clients between blocks (one per slot at most)
 
     @contextlib.asynccontextmanager
     async def open(self, job: InFlight) -> AsyncIterator[AsyncJobTransaction]:
@@ -38,11 +40,11 @@ class Transactions:
             raise config_error("QF100", "this job's transaction committed already: the job is completed")
         if job.lost.is_set() or job.abandoned:
             raise LeaseLost()
-        async with self._pool.client() as client:
-            opening = client.transaction()  # its connection opens with the block, outside the pool
-        committing = committed = False
+        # A client of the block's own: heartbeats and the other calls never wait for it.
+        client = self._idle.pop() if self._idle else await self._pool.spare()
+        committing = committed = clean = False
         try:
-            async with opening as tx:
+            async with client.transaction(own_connection=True) as tx:
                 block = AsyncJobTransaction(tx)
                 yield block
                 # From here a refused heartbeat may mean this completion took effect.
@@ -50,7 +52,7 @@ class Transactions:
                 if not await self._complete(tx, job, block.result):
                     self._refused(job, await tx.claim_state(job.fence))
                 committing = True
-            committed = True
+            committed = clean = True
         except PersistenceFailed:
             # Only COMMIT's answer can be lost once committing: ask the job row.
             if not committing or not await self._writer.landed(job, "transaction", completed_by(job)):
@@ -58,7 +60,16 @@ class Transactions:
             committed = True
         finally:
             job.completing = committed
+            await self._put_back(client, clean)
         job.committed = True
+
+    async def _put_back(self, client: Any, clean: bool) -> None:
+        """Keep a client whose block committed cleanly for the next block; any
+        other may have left its connection in doubt: close it."""
+        if clean:
+            self._idle.append(client)
+        else:
+            await self._pool.discard(client)
 
     @staticmethod
     async def _complete(tx: Any, job: InFlight, result: Any) -> bool:
