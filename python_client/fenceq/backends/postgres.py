@@ -506,7 +506,6 @@ class AsyncPostgresBackend:
             yield conn
 
 
-
 # Transactions of one's own (``transaction``) -------------------------------------
 
 @contextlib.contextmanager

@@ -453,7 +453,6 @@ class SqliteBackend:
             yield SqliteTransaction(connection)
 
 
-
 class AsyncSqliteBackend:
     """The sync backend on a private worker thread, so that no call blocks
     the event loop."""
@@ -515,7 +514,6 @@ class AsyncSqliteBackend:
         finally:
             if executor is not self._executor:
                 executor.shutdown(wait=False)
-
 
     @contextlib.asynccontextmanager
     async def exclusive(self, duty: str) -> AsyncIterator["AsyncSqliteBackend"]:
