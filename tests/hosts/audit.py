@@ -242,6 +242,8 @@ def _effects(db: Database, report: Audit) -> None:
             report.flag("effects_not_once", f"{job_id}: effect rows {sorted(rows.get(job_id, []))}, "
                         f"expected {expected}")
     report.figures["effect_rows"] = len(db.effects)
+    report.figures["transaction_jobs_above_generation_1"] = sum(
+        1 for job in db.jobs.values() if job["transaction"] and job["generation"] > 1)
 
 
 def _figures(db: Database, hosts: list[Journals], lease: float) -> dict[str, Any]:
