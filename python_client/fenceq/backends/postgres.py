@@ -29,7 +29,7 @@ import psycopg.sql
 from psycopg.rows import dict_row
 
 from ..canonical import json_string, utc_text
-from ..errors import FenceqError, PersistenceFailed, translate
+from ..errors import FenceqError, PersistenceFailed, config_error, translate
 from ..ops import Op, Shape, SubmitRequest
 from ..types import DeadLetter, Job
 from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
@@ -328,6 +328,39 @@ class PostgresBackend:
             _close(connection)
             return None
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["PostgresTransaction"]:
+        """A transaction on a connection no other call of this backend uses
+        meanwhile: one taken from the caller's pool, or a new one (closed
+        after) for a backend that owns its connection. Leaving the block
+        commits; an exception rolls back. QF100 on a caller's connection:
+        run your transaction there yourself."""
+        if self._pool is None and not self._owned:
+            raise config_error("QF100", "a client on your own connection runs in your transaction already")
+        with self._transaction_connection() as conn:
+            with _transaction_block(conn):
+                yield PostgresTransaction(conn)
+
+    @contextlib.contextmanager
+    def _transaction_connection(self) -> Iterator[psycopg.Connection]:
+        if self._pool is not None:
+            with self._pool.connection() as conn:
+                autocommit = conn.autocommit
+                conn.autocommit = True
+                try:
+                    yield conn
+                finally:
+                    conn.autocommit = autocommit
+            return
+        # One connection for one transaction: through PgBouncer it stays on one
+        # server session, so its prepared statements are safe.
+        try:
+            conn = psycopg.connect(connection_url(self._url or ""), autocommit=True)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        with conn:
+            yield conn
+
 
 class AsyncPostgresBackend:
     name = "postgres"
@@ -440,3 +473,131 @@ class AsyncPostgresBackend:
 
     def schema_missing(self, error: BaseException) -> bool:
         return getattr(error.__cause__, "sqlstate", None) in _SCHEMA_MISSING
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncPostgresTransaction"]:
+        """As ``PostgresBackend.transaction``; with ``own_connection``, on the
+        connection this backend owns (its caller keeps every other call off
+        it meanwhile)."""
+        if self._pool is None and not self._owned:
+            raise config_error("QF100", "a client on your own connection runs in your transaction already")
+        async with contextlib.AsyncExitStack() as stack:
+            conn = self._connection if own_connection and self._pool is None else \
+                await stack.enter_async_context(self._transaction_connection())
+            async with _async_transaction_block(conn):
+                yield AsyncPostgresTransaction(conn)
+
+    @contextlib.asynccontextmanager
+    async def _transaction_connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self._pool is not None:
+            async with self._pool.connection() as conn:
+                autocommit = conn.autocommit
+                await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    await conn.set_autocommit(autocommit)
+            return
+        try:
+            conn = await psycopg.AsyncConnection.connect(connection_url(self._url or ""), autocommit=True)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        async with conn:
+            yield conn
+
+
+# Transactions of one's own (``transaction``) -------------------------------------
+
+@contextlib.contextmanager
+def _transaction_block(conn: psycopg.Connection) -> Iterator[None]:
+    """BEGIN; COMMIT when the block ends, ROLLBACK when it raises. A lost
+    answer to COMMIT raises PersistenceFailed: the outcome is unknown."""
+    try:
+        conn.execute("BEGIN")
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        _committed(conn.execute("COMMIT"))
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+
+
+@contextlib.asynccontextmanager
+async def _async_transaction_block(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
+    try:
+        await conn.execute("BEGIN")
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute("ROLLBACK")
+        raise
+    try:
+        _committed(await conn.execute("COMMIT"))
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+
+
+def _committed(cursor: Any) -> None:
+    """COMMIT of a transaction in which a statement failed (its error
+    caught) rolls back without an error: say so."""
+    if cursor.statusmessage != "COMMIT":
+        raise config_error("QF100", "the transaction was rolled back: a statement in it failed")
+
+
+class PostgresTransaction:
+    """An open transaction of ``PostgresBackend.transaction``: fenceq
+    operations (``run``) and the caller's own statements (``execute``, with
+    psycopg's placeholders and errors) commit or roll back together."""
+
+    name = "postgres"
+
+    def __init__(self, connection: psycopg.Connection):
+        self.connection = connection
+
+    def run(self, op: Op) -> Any:
+        sql, params = statement(op)
+        try:
+            with self.connection.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        return answer(op, rows)
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+
+class AsyncPostgresTransaction:
+    """As ``PostgresTransaction``, on an ``AsyncConnection``."""
+
+    name = "postgres"
+
+    def __init__(self, connection: psycopg.AsyncConnection):
+        self.connection = connection
+
+    async def run(self, op: Op) -> Any:
+        sql, params = statement(op)
+        try:
+            async with self.connection.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(sql, params)
+                rows = await cursor.fetchall()
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        return answer(op, rows)
+
+    async def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        async with self.connection.cursor() as cursor:
+            await cursor.execute(sql, params)
+            return await cursor.fetchall() if cursor.description is not None else []

@@ -72,6 +72,14 @@ class Pool:
         finally:
             self._free.put_nowait(client)
 
+    async def spare(self) -> Any:
+        """A client outside the free queue, for one user at a time (a
+        transaction's), closed with the pool or by ``discard``."""
+        return await self._new()
+
+    async def discard(self, client: Any) -> None:
+        await self._discard(client)
+
     async def _discard(self, client: Any) -> None:
         with contextlib.suppress(Exception):
             self._all.remove(client)

@@ -78,6 +78,8 @@ class InFlight:
     task: asyncio.Task | None = None
     settling: bool = False            # the handler is done; the outcome is being written
     abandoned: bool = False           # drain timed out: the job is being released
+    completing: bool = False          # its ctx.transaction() is completing the job (or did)
+    committed: bool = False           # its ctx.transaction() committed: the job is completed
     ctx: Any = None
 
     @property
