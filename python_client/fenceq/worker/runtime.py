@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -66,7 +67,7 @@ class Runtime:
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
-        pool = Pool(self._open_backend, self.settings.connections, self._wrap_client)
+        pool = Pool(self._open_backend, self.settings.connections, self._wrap_client, self._server_switched)
         installed: list[signal.Signals] = []
         background: list[asyncio.Task] = []
         state: WorkerState | None = None
@@ -133,6 +134,11 @@ class Runtime:
                 await asyncio.to_thread(self._endpoints.close)
             await pool.close()
             self._events.emit("worker_stopped", "worker stopped", **self.counts)
+
+    def _server_switched(self, before: str, now: str) -> None:
+        self.counts["server_switches"] += 1
+        self._events.emit("server_switched", "connected to another database server (a failover: the URL's "
+                          "primary moved)", level=logging.WARNING, before=before, now=now)
 
     def _listen_opener(self) -> BackendOpener:
         """LISTEN's connection: the listen_url's when given (a direct one,
