@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -51,6 +52,9 @@ from fenceq.errors import PersistenceFailed  # noqa: E402
 CLUSTER = ROOT / "scripts" / "pg-failover-cluster"
 QUEUE = "hosts"          # host_worker.py's queue
 SCHEDULES = ("every-minute-a", "every-minute-b")
+# The first of the run's two ports (the primary's, at the start); the small
+# tests' cluster takes the two after (conftest.py).
+BASE_PORT = int(os.environ.get("FENCEQ_FAILOVER_PG_PORT", "54406"))
 PATIENCE = 150.0         # seconds: bounds a wait for what must happen; never a measurement
 OWN_CHECKS = ("acknowledged_submission_missing", "acknowledged_completion_missing", "claim_token_reused",
               "join_released_wrongly", "schedule_occurrence_not_one_job")
@@ -91,8 +95,8 @@ class Cluster:
     def start(self) -> None:
         self._run("start")
 
-    def kill(self, mode: str) -> str:
-        return self._run("kill", mode)
+    def kill(self, mode: str, node: int | None = None) -> str:
+        return self._run("kill", mode, *([] if node is None else [str(node)]))
 
     def promote(self) -> str:
         return self._run("promote")
@@ -102,6 +106,7 @@ class Cluster:
 
     def stop(self) -> None:
         self._run("stop")
+
 
 
 class Reader:
@@ -134,10 +139,13 @@ class Producer:
     """Submits rounds of ten jobs (five ``steps``, two ``flaky``, two
     parents and their ``join``), each with a submission id, re-sent unchanged
     while its outcome is unknown; keeps a backlog of about two jobs per
-    worker slot. ``acknowledged``: submission id -> job id, as answered."""
+    worker slot, and submits no more than ``allowed`` (raised by the run
+    after each failover, so that every failover falls in a drain).
+    ``acknowledged``: submission id -> job id, as answered."""
 
     def __init__(self, url: str, jobs: int, backlog: int, reader: Reader):
         self.url, self.jobs, self.backlog, self.reader = url, jobs, backlog, reader
+        self.allowed = jobs
         self.acknowledged: dict[str, str] = {}
         self.joins: dict[str, list[str]] = {}   # join job -> its parents
         self.resent = 0
@@ -166,7 +174,7 @@ class Producer:
         with client:
             while len(self.acknowledged) < self.jobs and not self._stop.is_set():
                 pending = self.reader.rows("SELECT count(*) FROM fenceq.jobs WHERE status = 'pending'")[0][0]
-                if pending >= self.backlog:
+                if pending >= self.backlog or len(self.acknowledged) >= self.allowed:
                     self._stop.wait(0.05)
                     continue
                 name = f"r{rounds}"
@@ -239,10 +247,14 @@ class Run:
         self._install()
         for worker in self.workers:
             worker.start(self.cluster.url, self.options.concurrency, self.options.lease)
+        tranche = self.options.jobs // (self.options.failovers + 1)
+        self.producer.allowed = tranche
         self.producer.thread.start()
         modes = ("immediate", "sigkill")
         for number in range(self.options.failovers):
-            self._failover(modes[number % 2])
+            self._failover(modes[number % 2], number * tranche + random.uniform(0.3, 0.8) * tranche)
+            self.producer.allowed = (number + 2) * tranche
+        self.producer.allowed = self.options.jobs
         wait_for(lambda: not self.producer.thread.is_alive() and self._settled() and self._ticked(),
                  "the drain to finish (and each schedule to tick once)", interval=0.5)
         log("drain finished; stopping the workers")
@@ -271,26 +283,45 @@ class Run:
         made = self.reader.rows("SELECT count(*) FROM fenceq.schedules WHERE last_job_id IS NOT NULL")[0][0]
         return made == len(SCHEDULES)
 
-    def _failover(self, mode: str) -> None:
-        """At a random point of the drain: kill the primary, promote the
-        standby, make a new standby from it."""
-        share = self.options.jobs / (self.options.failovers + 1)
-        before = self._completed()
-        wait_for(lambda: self._completed() >= before + random.uniform(0.3, 0.9) * share,
+    def _failover(self, mode: str, completed: float) -> None:
+        """Once ``completed`` jobs are (a random point of a tranche's drain;
+        or, should a failover have lost completions, once the tranche is
+        drained): kill the primary, promote the standby, make a new standby
+        from it."""
+        def submitted() -> bool:
+            return len(self.producer.acknowledged) >= min(self.producer.allowed, self.options.jobs)
+        wait_for(lambda: self._completed() >= completed or (submitted() and self._settled()),
                  "jobs to complete before the next failover")
         claimed = self.reader.rows("SELECT count(*) FROM fenceq.jobs WHERE status = 'claimed'")[0][0]
+        sender = self._stall_replication()
+        behind, primary = self.reader.rows(
+            "SELECT coalesce(sum(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)), 0),"
+            " current_setting('port')::integer FROM pg_stat_replication")[0]
         killed_at = time.time()
-        old = self.cluster.kill(mode)
+        if sender is not None:
+            os.kill(sender, signal.SIGKILL)   # what it had not sent dies with the primary
+        old = self.cluster.kill(mode, primary)
         dead_at = time.time()
         new = self.cluster.promote()
         promoted_at = time.time()
         self.cluster.rebuild()
         rebuilt_at = time.time()
         self.failovers.append({"mode": mode, "old_primary": old, "new_primary": new, "killed_at": killed_at, "dead_at": dead_at,
-                               "claimed_when_killed": claimed, "promote_seconds": round(promoted_at - killed_at, 2),
+                               "claimed_when_killed": claimed, "standby_behind_bytes": int(behind), "promote_seconds": round(promoted_at - killed_at, 2),
                                "standby_rebuilt_seconds": round(rebuilt_at - killed_at, 2)})
         log(f"failover {len(self.failovers)}: {mode} kill of {old} with {claimed} jobs claimed, {new} promoted "
             f"after {promoted_at - killed_at:.2f}s, new standby after {rebuilt_at - killed_at:.2f}s")
+
+    def _stall_replication(self) -> int | None:
+        """With ``--stall``: stop the primary's WAL sender (SIGSTOP, by its
+        pid) for that long, as a slow link would, so that the primary dies
+        ahead of its standby; the sender's pid, to end it with the primary."""
+        if not self.options.stall:
+            return None
+        pid = self.reader.rows("SELECT pid FROM pg_stat_replication")[0][0]
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(self.options.stall)
+        return pid
 
     # The audit -------------------------------------------------------------------------
 
@@ -428,6 +459,8 @@ def markdown(summary: dict) -> str:
             ("writes refused after takeover (heartbeats, checkpoints, completions, failures)",
              ", ".join(str(v) for v in summary["refused_after_takeover"].values())),
             ("server switches seen by the workers", summary["server_switches"]),
+            ("standby bytes behind at each kill", ", ".join(str(f["standby_behind_bytes"])
+                                                          for f in summary["failover_details"])),
             ("run seconds", summary["duration_seconds"]),
             ("violations", ", ".join(f"{k} {v}" for k, v in summary["violations"].items()))]
     return "| | |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in rows)
@@ -435,13 +468,16 @@ def markdown(summary: dict) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="failover_run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=54406, help="the primary's port (the standby's is one up)")
+    parser.add_argument("--port", type=int, default=BASE_PORT, help="the primary's port (the standby's is one up)")
     parser.add_argument("--sync", choices=("on", "off"), default="on")
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=3000, help="jobs the producer submits (schedules add theirs)")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--lease", type=float, default=4.0)
+    parser.add_argument("--stall", type=float, default=0.0,
+                        help="seconds the primary's WAL sender is stopped before each kill (--sync off: "
+                        "what a lagging asynchronous standby loses)")
     parser.add_argument("--dir", default="/tmp/fenceq-failover-run", help="the journals")
     parser.add_argument("--summary", help="also write the summary (JSON) here")
     return parser.parse_args(argv)
