@@ -107,6 +107,10 @@ class Cluster:
     def stop(self) -> None:
         self._run("stop")
 
+    def standby(self) -> str:
+        """The port of the node that is a standby now."""
+        return self._run("standby")
+
 
 
 class Reader:

@@ -84,6 +84,10 @@ _VIEWS.update({
                      " WHERE n.nspname = 'fenceq' AND c.relkind IN ('v', 'm')"
                      " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')",
     "queue_overview": "SELECT * FROM fenceq.queue_stats ORDER BY queue",
+    "replica_lag": "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL"
+                   " WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0::double precision"
+                   " ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::double precision"
+                   " END AS value",
     "jobs_by_submission": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE job_id = (SELECT s.job_id"
                           " FROM fenceq.submissions AS s WHERE s.submission_id = %(submission_id)s::text)"
                           " ORDER BY created_at, job_id LIMIT 100",
