@@ -116,6 +116,7 @@ class Executor:
         if job.abandoned:
             return
         job.settling = True
+        state.wake.set()  # its slot is free for the next claim (WorkerState.free_slots)
         try:
             await self._settler.settle(job, outcome)
         except Exception:  # noqa: BLE001 - a bug must not leak the slot silently
