@@ -256,7 +256,8 @@ class Run:
         self.producer.thread.start()
         modes = ("immediate", "sigkill")
         for number in range(self.options.failovers):
-            self._failover(modes[number % 2], number * tranche + random.uniform(0.3, 0.8) * tranche)
+            # Counted from now: an asynchronous standby's failover may have lost completions.
+            self._failover(modes[number % 2], self._completed() + random.uniform(0.3, 0.8) * tranche)
             self.producer.allowed = (number + 2) * tranche
         self.producer.allowed = self.options.jobs
         wait_for(lambda: not self.producer.thread.is_alive() and self._settled() and self._ticked(),

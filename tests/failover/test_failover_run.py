@@ -45,7 +45,7 @@ def test_what_a_lagging_asynchronous_standby_loses_is_measured(tmp_path):
     (which also shows that the audit can fail)."""
     summary = run(tmp_path, "--sync", "off", "--stall", "1", "--jobs", "800", "--failovers", "3", "--lease", "2")
     assert summary["failovers"] == 3
-    assert all(f["standby_behind_bytes"] > 0 for f in summary["failover_details"])
+    assert any(f["standby_behind_bytes"] > 0 for f in summary["failover_details"])
     assert summary["violations"]["acknowledged_submission_missing"] + \
         summary["violations"]["acknowledged_completion_missing"] > 0
     print("asynchronous standby, what acknowledged writes lost:", json.dumps(summary["violations"]))

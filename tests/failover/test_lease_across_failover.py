@@ -7,6 +7,7 @@ the same call re-sent runs on the new primary."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -34,7 +35,7 @@ async def resend_async(call):
         try:
             return await call()
         except PersistenceFailed:
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
     raise AssertionError("the database stayed unreachable")
 
 
