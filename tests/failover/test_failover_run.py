@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 
 from failover_run import BASE_PORT, HERE
+from replicated import needs_failover
+
+pytestmark = needs_failover
 
 
 def run(tmp_path: Path, *options: str) -> dict:

@@ -16,6 +16,9 @@ import psycopg
 import fenceq
 from fenceq import new_claim_token
 from fenceq.errors import PersistenceFailed
+from replicated import cluster, needs_failover  # noqa: F401 - the fixture
+
+pytestmark = needs_failover
 
 QUEUE = "leases"
 

@@ -20,6 +20,9 @@ import fenceq
 from fenceq.dashboard import Dashboard
 from fenceq.worker import App, Worker
 from observed import free_port, get, samples, value
+from replicated import cluster, needs_failover  # noqa: F401 - the fixture
+
+pytestmark = needs_failover
 
 
 def standby_url(cluster) -> str:
