@@ -99,6 +99,15 @@ test-pgbouncer: install pg-start
 test-hosts: install
 	FENCEQ_TEST_HOSTS=1 $(BIN)/pytest -q -s -rs -p no:cacheprovider tests/hosts
 
+# Issue 20 (docs/dba.md, "Running with a standby"): a primary and a streaming
+# standby of their own (scripts/pg-failover-cluster), the primary killed and
+# the standby promoted under a drain; once with an asynchronous standby.
+# Four ports from FAILOVER_PORT.
+.PHONY: test-failover
+FAILOVER_PORT ?= 54406
+test-failover: install
+	FENCEQ_TEST_FAILOVER=1 FENCEQ_FAILOVER_PG_PORT=$(FAILOVER_PORT) $(BIN)/pytest -q -s -rs -p no:cacheprovider tests/failover
+
 # Issue 13 §4: every public function on both engines, >= FUZZ_CALLS generated
 # calls each, on two worker processes; writes tests/fuzz/fuzz-counts.json and
 # the generated section of docs/fuzzing.md. FUZZ_ENGINES and FUZZ_FUNCTIONS

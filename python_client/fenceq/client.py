@@ -216,6 +216,9 @@ class _Operations:
     def present_views(self) -> list[str]:
         return self._call(reads.present_views())
 
+    def replica_lag(self) -> float | None:
+        return self._call(reads.replica_lag())
+
     def queue_overview(self) -> list[reads.QueueOverview]:
         return self._call(reads.queue_overview())
 

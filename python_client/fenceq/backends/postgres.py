@@ -84,6 +84,10 @@ _VIEWS.update({
                      " WHERE n.nspname = 'fenceq' AND c.relkind IN ('v', 'm')"
                      " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')",
     "queue_overview": "SELECT * FROM fenceq.queue_stats ORDER BY queue",
+    "replica_lag": "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL"
+                   " WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0::double precision"
+                   " ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::double precision"
+                   " END AS value",
     "jobs_by_submission": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE job_id = (SELECT s.job_id"
                           " FROM fenceq.submissions AS s WHERE s.submission_id = %(submission_id)s::text)"
                           " ORDER BY created_at, job_id LIMIT 100",
@@ -186,6 +190,27 @@ async def pooled_async(conn: psycopg.AsyncConnection) -> bool:
     return row is not None and row[0] != conn.info.backend_pid
 
 
+def server_of(connection: Any) -> str:
+    """host:port of a connection's server."""
+    return f"{connection.info.host}:{connection.info.port}"
+
+
+async def _connect_async(url: str) -> tuple[psycopg.AsyncConnection, bool]:
+    """An autocommit connection, and whether it goes through a pooler."""
+    try:
+        connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+    try:
+        through_pooler = await pooled_async(connection)
+    except psycopg.Error as exc:
+        await connection.close()
+        raise driver_error(exc) from exc
+    if through_pooler:
+        connection.prepare_threshold = None
+    return connection, through_pooler
+
+
 def connection_url(url: str) -> str:
     """Accept SQLAlchemy's spelling postgresql+psycopg:// as well."""
     scheme, sep, rest = url.partition("://")
@@ -266,17 +291,26 @@ class PostgresBackend:
         self._url = url if self._owned else None  # listeners open connections of their own from it
         self._listen_url = listen_url  # or from this one, when given
         if self._owned:
-            try:
-                self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
-            except psycopg.Error as exc:
-                raise driver_error(exc) from exc
-            try:
-                through_pooler = pooled(self._connection)
-            except psycopg.Error as exc:
-                self._connection.close()
-                raise driver_error(exc) from exc
-            if through_pooler:
-                self._connection.prepare_threshold = None
+            self._connect()
+
+    def _connect(self) -> None:
+        try:
+            self._connection = psycopg.connect(connection_url(self._url or ""), autocommit=True)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        try:
+            through_pooler = pooled(self._connection)
+        except psycopg.Error as exc:
+            self._connection.close()
+            raise driver_error(exc) from exc
+        if through_pooler:
+            self._connection.prepare_threshold = None
+
+    @property
+    def server(self) -> str | None:
+        """host:port of the server an owned connection reached (of a
+        multi-host URL, the one that answered: the primary)."""
+        return server_of(self._connection) if self._owned else None
 
     @contextlib.contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
@@ -284,6 +318,10 @@ class PostgresBackend:
             with self._pool.connection() as conn:
                 yield conn
         else:
+            if self._owned and self._connection.closed:
+                # Lost with its server (a failover): the call is made on a
+                # new connection, to whichever host of the URL is primary now.
+                self._connect()
             yield self._connection
 
     def run(self, op: Op) -> Any:
@@ -377,18 +415,13 @@ class AsyncPostgresBackend:
 
     @classmethod
     async def connect(cls, url: str, listen_url: str | None = None) -> "AsyncPostgresBackend":
-        try:
-            connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
-        except psycopg.Error as exc:
-            raise driver_error(exc) from exc
-        try:
-            through_pooler = await pooled_async(connection)
-        except psycopg.Error as exc:
-            await connection.close()
-            raise driver_error(exc) from exc
-        if through_pooler:
-            connection.prepare_threshold = None
+        connection, through_pooler = await _connect_async(url)
         return cls(connection=connection, owned=True, pooled=through_pooler, url=url, listen_url=listen_url)
+
+    @property
+    def server(self) -> str | None:
+        """As ``PostgresBackend.server``."""
+        return server_of(self._connection) if self._owned else None
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -396,6 +429,8 @@ class AsyncPostgresBackend:
             async with self._pool.connection() as conn:
                 yield conn
         else:
+            if self._owned and self._connection.closed:  # as PostgresBackend._conn
+                self._connection, self.pooled = await _connect_async(self._url or "")
             yield self._connection
 
     async def run(self, op: Op) -> Any:

@@ -211,6 +211,13 @@ def present_views() -> Op:
     return _read("present_views", Shape.SCALAR, list[str])
 
 
+def replica_lag() -> Op:
+    """Seconds the server answering is behind its primary: None on a
+    primary (and on SQLite), 0 on a standby that has replayed all it has
+    received, else the age of the last transaction it replayed."""
+    return _read("replica_lag", Shape.SCALAR, float)
+
+
 def queue_overview() -> Op:
     return _read("queue_overview", Shape.ROWS, QueueOverview)
 

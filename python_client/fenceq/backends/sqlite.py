@@ -88,6 +88,8 @@ _VIEWS.update({
     "present_views": "SELECT json_group_array(substr(name, 8)) AS value FROM (SELECT name FROM sqlite_master"
                      " WHERE type = 'view' AND name LIKE 'fenceq\\_%' ESCAPE '\\' ORDER BY name)",
     "queue_overview": "SELECT * FROM fenceq_queue_stats ORDER BY queue",
+    # Differs from PostgreSQL in that SQLite has no standby: never behind.
+    "replica_lag": "SELECT NULL AS value",
     # Differs from PostgreSQL in that the submission's own unique index finds the job.
     "jobs_by_submission": f"SELECT {_JOB_COLUMNS} FROM fenceq__submissions AS s"
                           " JOIN fenceq_jobs AS j ON j.job_id = s.job_id WHERE s.submission_id = :submission_id",

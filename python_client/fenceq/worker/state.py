@@ -16,7 +16,7 @@ from .events import Events
 from .settings import WorkerSettings
 
 COUNTS = ("claimed", "completed", "failed", "retried", "cancelled", "released", "refused", "lost",
-          "recovered_claims", "reaped")
+          "recovered_claims", "reaped", "server_switches")
 
 
 class Flag:
