@@ -124,6 +124,34 @@ def test_each_fence_part_must_match(client, queue):
     assert client.complete(f) is True
 
 
+def test_every_fenced_write_refuses_each_wrong_fence_part(client, queue):
+    """The token alone would identify the claim: the generation and the owner
+    are compared too, by every fenced write, and a refused one changes nothing."""
+    client.submit(queue, "t")
+    c = claim(client, queue)
+    f = c.fence
+    writes = {
+        "heartbeat": lambda w: client.heartbeat(w), "complete": lambda w: client.complete(w),
+        "fail": lambda w: client.fail(w, "x"), "release": lambda w: client.release(w),
+        "set_pid": lambda w: client.set_pid(w, 42), "acknowledge_cancel": lambda w: client.acknowledge_cancel(w),
+        "extend": lambda w: client.extend(w, timedelta(hours=1)), "progress": lambda w: client.progress(w, {"p": 1}),
+        "heartbeat_batch": lambda w: client.heartbeat_batch([w])[0],
+        "complete_batch": lambda w: client.complete_batch([w])[0],
+    }
+    for wrong in (fenceq.Fence(f.job_id, "intruder", f.generation, f.claim_token),
+                  fenceq.Fence(f.job_id, f.owner_id, f.generation + 1, f.claim_token),
+                  fenceq.Fence(f.job_id, f.owner_id, f.generation, "forged")):
+        for name, write in writes.items():
+            assert write(wrong) is False, (name, wrong)
+        assert client.checkpoint(wrong, "s", 1) is None
+        assert client.claim_state(wrong) is None
+    job = client.get_job(f.job_id)
+    assert (job.status, job.generation, job.attempts, job.lease_expires_at) == (
+        "claimed", f.generation, 1, c.lease_expires_at)
+    assert client.checkpoints(f.job_id) == []
+    assert client.complete(f) is True
+
+
 def test_heartbeat_renews_and_expired_lease_refuses_writes(client, queue):
     client.alter_queue(queue, backoff_base=timedelta(0))
     client.submit(queue, "t")

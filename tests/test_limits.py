@@ -53,6 +53,13 @@ def test_a_key_at_its_limit_is_passed_over_for_another_key(client, queue):
     assert next(s for s in client.stats() if s.queue == queue).busiest_key_claimed == 1
 
 
+def test_claim_next_takes_a_key_up_to_its_limit_then_passes_it_over(client, queue):
+    a = [client.submit(queue, "t", concurrency_key="tenant-a") for _ in range(3)]
+    b = client.submit(queue, "t", concurrency_key="tenant-b")
+    client.set_queue_limits(queue, max_claimed_per_key=2)
+    assert [c.job_id for c in drain(client, [queue])] == [a[0], a[1], b]  # exactly 2 of tenant-a
+
+
 def test_jobs_without_a_key_are_not_limited_by_the_per_key_limit(client, queue):
     for _ in range(4):
         client.submit(queue, "t")

@@ -280,6 +280,59 @@ async def test_the_async_context_manager_renews_tells_and_releases(db):
                 pass
 
 
+# Fenced transactions of one's own: held.transaction() ------------------------------
+
+def _report_lines(db) -> list[str]:
+    return [line for (line,) in db.sql("SELECT line FROM report_lines ORDER BY line")]
+
+
+def _insert(db) -> str:
+    db.sql("CREATE TABLE report_lines (line text NOT NULL)")
+    return f"INSERT INTO report_lines VALUES ({'%s' if db.backend == 'postgres' else '?'})"
+
+
+def test_a_fenced_transaction_commits_while_the_token_is_current(db, client):
+    insert = _insert(db)
+    client.create_queue("reports")
+    with pytest.raises(fenceq.LockLost):
+        with client.lock("nightly", "a", ttl=LONG) as held:
+            with held.transaction() as tx:
+                tx.execute(insert, ("one",))
+                tx.submit("reports", "mail", {"line": "one"})
+            assert _report_lines(db) == ["one"] and len(client.pending_jobs("reports")) == 1
+            _take_over(db, held.token)
+            with held.transaction() as tx:  # begins with check_lock: refused before any write
+                tx.execute(insert, ("stale",))
+    assert _report_lines(db) == ["one"] and "check_lock" in held.lost_reason
+
+
+def test_a_hold_that_ends_during_the_fenced_transaction_rolls_it_back(db, client):
+    insert = _insert(db)
+    with pytest.raises(fenceq.LockLost):
+        with client.lock("nightly", "a", ttl=LONG if db.backend == "postgres" else SHORT) as held:
+            with held.transaction() as tx:
+                tx.execute(insert, ("late",))
+                if db.backend == "postgres":  # a release does not wait for the fenced transaction
+                    with db.connect() as other:
+                        assert other.release_lock("nightly", "a", held.token)
+                else:  # renewals wait for it (the write lock), so the hold lapses
+                    wait_until_past(lock_row(db, "nightly")[2])
+    assert _report_lines(db) == []
+
+
+async def test_the_async_fenced_transaction_commits_and_refuses_a_stale_token(db):
+    insert = _insert(db)
+    async with await db.connect_async() as client:
+        with pytest.raises(fenceq.LockLost):
+            async with client.lock("nightly", "a", ttl=LONG) as held:
+                async with held.transaction() as tx:
+                    await tx.execute(insert, ("one",))
+                await asyncio.to_thread(_take_over, db, held.token)
+                async with held.transaction() as tx:
+                    await tx.execute(insert, ("stale",))
+    assert _report_lines(db) == ["one"]
+
+
 # PostgreSQL: row locks between real concurrent sessions ---------------------------
 
 def _blocked_by(watcher: psycopg.Connection, waiter: psycopg.Connection, blocker: psycopg.Connection) -> bool:

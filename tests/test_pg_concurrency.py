@@ -34,16 +34,58 @@ def test_concurrent_claimers_never_share_a_job(pg):
     assert sum(1 for r in results if r) > 1  # the work really was spread
 
 
-def test_claimers_skip_a_locked_row_instead_of_waiting(pg):
+def test_concurrent_claim_batches_never_share_a_job(pg):
+    def drain(owner: str) -> list[str]:
+        taken = []
+        with pg.connect() as client:
+            while claims := client.claim_batch(["q"], owner, [fenceq.new_claim_token() for _ in range(5)]):
+                taken.extend(c.job_id for c in claims)
+                assert client.complete_batch([c.fence for c in claims]) == [True] * len(claims)
+        return taken
+
+    with pg.connect() as client:
+        client.create_queue("q")
+        ids = client.submit_batch("q", [{"task": str(i)} for i in range(400)])
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(drain, [f"w{n}" for n in range(8)]))
+    taken = [job_id for result in results for job_id in result]
+    assert sorted(taken) == sorted(ids)
+    assert sum(1 for r in results if r) > 1  # the work really was spread
+
+
+@pytest.mark.parametrize("call", ["claim_next", "claim_batch"])
+def test_claimers_skip_a_locked_row_instead_of_waiting(pg, call):
+    """Another session holds the head job's row lock: the claim takes the
+    next job at once. Either the claim returns, or it is seen waiting on a
+    lock (pg_stat_activity), which fails the test; no timing is assumed."""
+    claims = {
+        "claim_next": lambda c: [c.claim_next(["q"], "w", fenceq.new_claim_token())],
+        "claim_batch": lambda c: c.claim_batch(["q"], "w", [fenceq.new_claim_token(), fenceq.new_claim_token()]),
+    }
     with pg.connect() as client:
         client.create_queue("q")
         first = client.submit("q", "a", priority=1)
         second = client.submit("q", "b")
-        with psycopg.connect(pg.url) as locker:
-            locker.execute("SELECT 1 FROM fenceq._jobs WHERE job_id = %s FOR UPDATE", (first,))
-            started = time.monotonic()
-            c = client.claim_next(["q"], "w", fenceq.new_claim_token())
-            assert c.job_id == second and time.monotonic() - started < 1
+    outcome = {}
+
+    def claim_while_locked():
+        with pg.connect() as claimer:
+            outcome["claimed"] = [c.job_id for c in claims[call](claimer)]
+
+    with psycopg.connect(pg.url) as locker:
+        locker.execute("SELECT 1 FROM fenceq._jobs WHERE job_id = %s FOR UPDATE", (first,))
+        thread = threading.Thread(target=claim_while_locked)
+        thread.start()
+        waiting = ("SELECT count(*) FROM pg_stat_activity"
+                   " WHERE wait_event_type = 'Lock' AND datname = current_database()")
+        with psycopg.connect(pg.url, autocommit=True) as watcher:  # a fresh snapshot per poll
+            while thread.is_alive() and watcher.execute(waiting).fetchone()[0] == 0:
+                time.sleep(0.01)
+            waited = thread.is_alive()
+        locker.rollback()  # frees a claim that waited, so the thread ends
+    thread.join(30)
+    assert not waited, "the claim waited for the locked row instead of skipping it"
+    assert outcome["claimed"] == [second]
 
 
 def test_a_lock_wait_past_lease_expiry_refuses_the_write(pg):
@@ -216,6 +258,8 @@ FENCED_WRITES = {
     "fail": lambda client, fence: client.fail(fence, "late"),
     "release": lambda client, fence: client.release(fence),
     "checkpoint": lambda client, fence: client.checkpoint(fence, "late", {"v": 1}),
+    "heartbeat_batch": lambda client, fence: client.heartbeat_batch([fence])[0],
+    "complete_batch": lambda client, fence: client.complete_batch([fence], [{"late": True}])[0],
 }
 
 

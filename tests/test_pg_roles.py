@@ -106,6 +106,16 @@ def test_public_has_no_rights(seeded):
         assert _sqlstate(url, "SELECT * FROM fenceq.jobs") == "42501"
     finally:
         seeded.sql(f"DROP ROLE {name}")
+    # Nor a right that schema USAGE alone would open: no PUBLIC entry in any ACL.
+    granted = seeded.sql("""
+        SELECT p.oid::regprocedure::text FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace,
+               aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+         WHERE n.nspname = 'fenceq' AND a.grantee = 0
+        UNION ALL
+        SELECT c.oid::regclass::text FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace,
+               aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) AS a
+         WHERE n.nspname = 'fenceq' AND c.relkind IN ('r', 'v', 'S') AND a.grantee = 0""")
+    assert granted == []
 
 
 def test_objects_planted_on_the_callers_search_path_change_nothing(seeded, login):

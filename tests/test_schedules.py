@@ -188,6 +188,19 @@ def test_tick_submits_the_latest_due_occurrence_once_and_skips_missed_ones(db, c
     assert claim(client, queue).job_id == job.job_id
 
 
+def test_an_occurrence_due_exactly_at_next_run_at_is_submitted(db, client, queue):
+    """The boundary: the latest occurrence due is next_run_at itself (due
+    means at or before the tick's clock, and next_run_at is that occurrence)."""
+    client.set_schedule("every", queue, "ping", YEARLY)
+    upcoming = schedule_of(client, "every").next_run_at
+    move_back(db, "every", upcoming - upcoming.replace(year=upcoming.year - 1))  # exactly one occurrence
+    due = schedule_of(client, "every").next_run_at
+    assert client.tick() == 1
+    shown = schedule_of(client, "every")
+    assert (shown.last_run_at, shown.next_run_at) == (due, upcoming)
+    assert client.get_job(shown.last_job_id).run_at == due
+
+
 def test_an_occurrence_already_submitted_is_never_submitted_again(db, client, queue):
     client.set_schedule("every", queue, "ping", YEARLY)
     move_back(db, "every")

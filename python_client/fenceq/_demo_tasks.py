@@ -96,3 +96,23 @@ def charge(ctx):
     if not (fixed and os.path.exists(fixed)):
         raise NonRetryable("card declined: the customer must update their card")
     return {"charged": ctx.payload["amount"], "by": ctx.owner_id}
+
+
+@app.task("transfer")
+def transfer(ctx):
+    """Moves money between two rows in ``ctx.transaction()``: the writes commit
+    with the completion, or not at all. The first claim lingers inside the
+    block (the demo freezes it there)."""
+    amount = ctx.payload["amount"]
+    with ctx.transaction() as tx:
+        mark = "%s" if tx.backend == "postgres" else "?"
+        tx.execute(f"UPDATE demo_accounts SET balance = balance - {mark} WHERE id = 'alice'", (amount,))
+        tx.execute(f"UPDATE demo_accounts SET balance = balance + {mark} WHERE id = 'bob'", (amount,))
+        tx.execute(f"INSERT INTO demo_transfers VALUES ({mark}, {mark}, {mark})",
+                   (ctx.job_id, ctx.generation, ctx.owner_id))
+        note(ctx, "transfer_written")
+        if ctx.generation == 1:
+            time.sleep(ctx.payload.get("seconds", 1.0))
+        tx.result = {"moved": amount, "by": ctx.owner_id, "generation": ctx.generation}
+    note(ctx, "transfer_committed")
+

@@ -487,6 +487,8 @@ WORKER_OPTIONS = (
     WorkerOption(("--record-pid",), boolean, False, "off", "record this process id on each claim"),
     WorkerOption(("--listen-url",), str, None, "the --url",
                  "PostgreSQL URL to LISTEN on: a direct one where --url goes through PgBouncer"),
+    WorkerOption(("--read-url",), str, None, "the --url",
+                 "PostgreSQL URL to read the metrics' queue_stats from: a standby"),
     WorkerOption(("--metrics-port",), port, None, "off",
                  "serve /metrics, /healthz and /readyz on this port (0: any free one)"),
     WorkerOption(("--metrics-host",), str, "127.0.0.1", "127.0.0.1", "the address those endpoints bind"),
@@ -545,7 +547,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         reap_interval=settings["reap_interval"] if settings["reap"] else None,
         purge_after=settings["purge_after"], purge_submissions_after=settings["purge_submissions_after"],
         complete_window=window.total_seconds() if window else 0.0, record_pid=settings["record_pid"],
-        listen_url=settings["listen_url"],
+        listen_url=settings["listen_url"], read_url=settings["read_url"],
         metrics_port=settings["metrics_port"], metrics_host=settings["metrics_host"],
         health_window=settings["health_window"], stats_interval=settings["stats_interval"])
     worker.run(install_signal_handlers=True)
@@ -559,7 +561,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     mode = "actions on: connect as a role granted fenceq_admin" if args.allow_actions else "read-only"
-    serve_dashboard(args.url, args.host, args.port, allow_actions=args.allow_actions,
+    serve_dashboard(args.url, args.host, args.port, allow_actions=args.allow_actions, read_url=args.read_url,
                     started=lambda address: print(f"fenceq dashboard on {address} ({mode}); Ctrl-C stops it",
                                                   flush=True))
     return 0
@@ -694,6 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=port, default=8080, help="port (default 8080; 0: any free one)")
     dashboard.add_argument("--allow-actions", action="store_true",
                            help="offer replay, discard, cancel, pause and resume (needs fenceq_admin)")
+    dashboard.add_argument("--read-url", help="read the pages from this server (a standby), shown with how far "
+                           "behind it is; actions still write through --url")
 
     demo = command("demo", cmd_demo, "a guided tour: two workers, a crash, a takeover, fences at work")
     demo.add_argument("--keep", action="store_true", help="keep the workers' logs (in a temporary folder)")

@@ -11,9 +11,10 @@ client is any ``backends.Backend`` / ``backends.AsyncBackend``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import ops
 from .backends import AsyncBackend, Backend, backend_of, open_async_backend, open_backend
@@ -24,7 +25,7 @@ from .locks import AsyncHeldLock, HeldLock
 from .types import Claim, ClaimState, DeadLetter, Fence, Job, Schedule
 from .waiting import Waiter
 
-__all__ = ["AsyncClient", "Client", "backend_of", "connect", "connect_async", "resolve_url"]
+__all__ = ["AsyncClient", "AsyncTransaction", "Client", "Transaction", "backend_of", "connect", "connect_async", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///fenceq.db"
 
@@ -215,6 +216,9 @@ class _Operations:
     def present_views(self) -> list[str]:
         return self._call(reads.present_views())
 
+    def replica_lag(self) -> float | None:
+        return self._call(reads.replica_lag())
+
     def queue_overview(self) -> list[reads.QueueOverview]:
         return self._call(reads.queue_overview())
 
@@ -282,6 +286,15 @@ class Client(_Operations):
         renewed in a background thread (fenceq/locks.py)."""
         return HeldLock(self, lock, owner_id, ttl, on_lost)
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Transaction"]:
+        """``with client.transaction() as tx``: a transaction on a
+        connection of its own (docs/transactions.md), in which ``tx``'s
+        operations and ``tx.execute`` statements commit together when the
+        block ends, or roll back when it raises."""
+        with self._backend.transaction() as tx:
+            yield Transaction(tx)
+
     def close(self) -> None:
         self._backend.close()
 
@@ -319,6 +332,14 @@ class AsyncClient(_Operations):
         block, renewed by a background task (fenceq/locks.py)."""
         return AsyncHeldLock(self, lock, owner_id, ttl, on_lost)
 
+    @contextlib.asynccontextmanager
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncTransaction"]:
+        """``async with client.transaction() as tx``: as ``Client.transaction``.
+        ``own_connection``: on this client's own connection instead of a
+        new one, for a client that nothing else uses meanwhile."""
+        async with self._backend.transaction(own_connection) as tx:
+            yield AsyncTransaction(tx)
+
     async def close(self) -> None:
         await self._backend.close()
 
@@ -327,6 +348,29 @@ class AsyncClient(_Operations):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class Transaction(_Operations):
+    """An open transaction of ``Client.transaction``: every operation runs
+    inside it, and ``execute`` runs your own statements there (psycopg's or
+    sqlite3's placeholders and errors)."""
+
+    def _call(self, op: ops.Op) -> Any:
+        return self._backend.run(op)
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        """Run one statement; its rows (none for a statement without)."""
+        return self._backend.execute(sql, params)
+
+
+class AsyncTransaction(_Operations):
+    """An open transaction of ``AsyncClient.transaction``."""
+
+    async def _call(self, op: ops.Op) -> Any:
+        return await self._backend.run(op)
+
+    async def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        return await self._backend.execute(sql, params)
 
 
 def connect(url: str | None = None, *, connection: Any = None, pool: Any = None,

@@ -5,6 +5,8 @@ for each other, runs two `fenceq worker` processes,
 kills one in the middle of a job (its lease lapses; the other takes the job
 over at a higher generation and skips the step already checkpointed),
 freezes another past its lease (when it wakes, its writes are refused),
+freezes one inside a ``ctx.transaction()`` money transfer (when it wakes,
+the whole transfer rolls back; the new owner's lands once),
 replays a duplicate submission to its original id, cancels a running job,
 and replays a dead letter. It ends with a summary, and exits 1 if any part
 of the story did not happen.
@@ -26,7 +28,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -187,7 +189,7 @@ class Demo:
         s.say("fenceq demo: fenced, owned jobs in the database")
         s.say(f"database: {self._shown_url()} ({kind})")
         steps = [self.step_setup, self.step_batch, self.step_graph, self.step_crash, self.step_freeze,
-                 self.step_duplicate, self.step_cancel, self.step_dead_letter, self.step_shutdown]
+                 self.step_transfer, self.step_duplicate, self.step_cancel, self.step_dead_letter, self.step_shutdown]
         for step in steps:
             try:
                 step()
@@ -343,6 +345,56 @@ class Demo:
               and after.result == job.result and bool(told) and bool(cp))
         s.check("stale writes refused", ok, f"{frozen.name}'s late checkpoint and completion (generation 1) "
                 f"refused; the result of {after.owner_id} (generation {after.generation}) stands")
+
+    def step_transfer(self) -> None:
+        s = self.story
+        s.step("Frozen inside a transaction: a money transfer by ctx.transaction(), frozen past its lease")
+        with self.client.transaction() as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS demo_accounts (id text PRIMARY KEY, balance integer NOT NULL)")
+            tx.execute("CREATE TABLE IF NOT EXISTS demo_transfers (job_id text NOT NULL, generation integer NOT NULL,"
+                       " worker text NOT NULL)")
+            tx.execute("INSERT INTO demo_accounts VALUES ('alice', 0), ('bob', 0) ON CONFLICT DO NOTHING")
+        before = self.balances()
+        job_id = self.submit("transfer", self.payload(amount=25, seconds=1.0))
+        _wait(lambda: self.notes("transfer_written", job_id=job_id), 15, "the transfer to write its rows")
+        frozen = self.holder(job_id)
+        if frozen is None:
+            raise StepFailed("the transfer finished before it could be frozen")
+        os.kill(frozen.pid, signal.SIGSTOP)  # inside the block: its writes are not committed
+        s.at(f"{frozen.name} moved 25 from alice to bob inside its transaction, not yet committed: frozen now")
+        if backend_of(self.url) == "postgres":
+            _wait(lambda: len(self.client.attempts(job_id)) > 1, 25, "another worker to take the transfer over")
+            s.at("its lease lapsed; another worker took the transfer over (its transaction waits for the "
+                 "rows the frozen one holds)")
+        else:
+            # SQLite: the frozen transaction holds the write lock; nobody writes until it ends.
+            lease_end = self.client.get_job(job_id).lease_expires_at
+            _wait(lambda: datetime.now(timezone.utc) > lease_end, 25, "the frozen worker's lease to lapse")
+            s.at("its lease lapsed (on SQLite every other writer waits for its open transaction)")
+        os.kill(frozen.pid, signal.SIGCONT)
+        _wait(lambda: frozen.find("lease_lost", job_id=job_id), 15, f"{frozen.name}'s completion to be refused")
+        s.at(f"{frozen.name} wakes: the completion inside its transaction is refused, the whole transfer "
+             "rolls back")
+        done = self.wait_status(job_id, "completed", 25)
+        rows = self.transfers(job_id)
+        after = self.balances()
+        s.at(f"{done.owner_id} completed it at generation {done.generation}; transfer rows for the job: "
+             + ", ".join(f"generation {g} by {w}" for g, w in rows))
+        moved = (before["alice"] - after["alice"], after["bob"] - before["bob"])
+        ok = rows == [(done.generation, done.owner_id)] and done.generation > 1 and moved == (25, 25)
+        s.check("frozen transfer rolled back", ok, f"{frozen.name}'s transfer (generation 1) rolled back; "
+                f"25 moved once, by generation {done.generation}")
+
+    def balances(self) -> dict[str, int]:
+        with self.client.transaction() as tx:
+            return dict(tx.execute("SELECT id, balance FROM demo_accounts"))
+
+    def transfers(self, job_id: str) -> list[tuple[int, str]]:
+        mark = "%s" if backend_of(self.url) == "postgres" else "?"
+        with self.client.transaction() as tx:
+            return [tuple(row) for row in tx.execute(
+                f"SELECT generation, worker FROM demo_transfers WHERE job_id = {mark} ORDER BY generation",
+                (job_id,))]
 
     def step_duplicate(self) -> None:
         s = self.story

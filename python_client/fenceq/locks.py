@@ -20,8 +20,8 @@ still live, it lapses after its ttl.
 
 The renewer learns of a loss only after the fact, so its flag is a hint to
 stop early, not a fence: what must not be written by a stale holder is
-written in a transaction that calls ``check_lock`` first (on SQLite with
-``check_lock_in_transaction``). Renewals go through the client the lock was
+written in a transaction that calls ``check_lock`` first: ``held.transaction()``
+packages that (or by hand, on SQLite with ``check_lock_in_transaction``). Renewals go through the client the lock was
 taken with: give it a client of its own (a URL or a pool), not one bound to a
 connection inside your transaction, where a renewal would not commit until
 your transaction does.
@@ -30,10 +30,11 @@ your transaction does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from . import ops
 from .errors import FenceqError, PersistenceFailed
@@ -123,6 +124,12 @@ class _Held:
         if self.lost_reason is not None:
             raise LockLost(f"fenceq: the lock was lost: {self.lost_reason}")
 
+    def _checked(self, current: bool) -> None:
+        """A fenced transaction's ``check_lock`` answer: go on, or lose the lock."""
+        if not current:
+            self._lose("check_lock answered false: the hold lapsed or was taken over")
+            self.raise_if_lost()
+
 
 class HeldLock(_Held):
     """``with client.lock(...) as held``: see the module docstring.
@@ -165,6 +172,18 @@ class HeldLock(_Held):
                 pass  # unknown outcome: an unreleased hold lapses after its ttl
         if exc_type is None:
             self.raise_if_lost()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """``with held.transaction() as tx``: a transaction of its own
+        (``client.transaction()``) fenced by this hold. It begins with
+        ``check_lock``, which keeps every acquire of the lock waiting until
+        it ends, and commits only when ``check_lock`` still answers true at
+        its end; else it rolls back and raises ``LockLost``."""
+        with self._client.transaction() as tx:
+            self._checked(tx.check_lock(self.lock, self.token))
+            yield tx
+            self._checked(tx.check_lock(self.lock, self.token))
 
 
 class AsyncHeldLock(_Held):
@@ -214,6 +233,14 @@ class AsyncHeldLock(_Held):
                 pass  # unknown outcome: an unreleased hold lapses after its ttl
         if exc_type is None:
             self.raise_if_lost()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """``async with held.transaction() as tx``: as ``HeldLock.transaction``."""
+        async with self._client.transaction() as tx:
+            self._checked(await tx.check_lock(self.lock, self.token))
+            yield tx
+            self._checked(await tx.check_lock(self.lock, self.token))
 
 
 def check_lock_in_transaction(connection: Any, lock: str, token: int) -> bool:

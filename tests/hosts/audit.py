@@ -21,6 +21,9 @@ WRITES = {"heartbeat": "heartbeats", "heartbeat_batch": "heartbeats", "checkpoin
           "complete": "completions", "complete_batch": "completions", "fail": "failures",
           "release": "releases", "acknowledge_cancel": "acknowledgements"}
 CLAIMS = ("claim_next", "claim_batch", "recover_claim")
+# The handler's own table: one row per finish in ctx.transaction(), committed
+# with its completion (docs/transactions.md).
+EFFECTS_TABLE = "CREATE TABLE host_effects (job_id text NOT NULL, generation integer NOT NULL, owner_id text NOT NULL)"
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -72,15 +75,17 @@ class Database:
     jobs: dict[str, dict]
     attempts: dict[tuple[str, int], dict]   # (job, gen) -> owner, claimed_at (epoch seconds)
     checkpoints: list[dict]
+    effects: list[tuple[str, int, str]] = field(default_factory=list)   # host_effects: (job, gen, owner)
 
     @classmethod
     def read(cls, connection: Any) -> "Database":
         jobs = {}
-        for job_id, status, generation, owner, result, finished in connection.execute(
-                "SELECT job_id, status, generation, owner_id, result, extract(epoch FROM finished_at)"
-                " FROM fenceq.jobs"):
+        for job_id, status, generation, owner, result, finished, transaction in connection.execute(
+                "SELECT job_id, status, generation, owner_id, result, extract(epoch FROM finished_at),"
+                " coalesce((payload->>'transaction')::boolean, false) FROM fenceq.jobs"):
             jobs[job_id] = {"status": status, "generation": generation, "owner": owner, "result": result,
-                            "finished_at": None if finished is None else float(finished)}
+                            "finished_at": None if finished is None else float(finished),
+                            "transaction": transaction}
         attempts = {}
         for job_id, generation, owner, claimed in connection.execute(
                 "SELECT job_id, generation, owner_id, extract(epoch FROM claimed_at) FROM fenceq.attempts"):
@@ -89,7 +94,8 @@ class Database:
                        for j, s, v, g, r in connection.execute(
                            "SELECT job_id, step, value, generation, extract(epoch FROM recorded_at)"
                            " FROM fenceq._checkpoints")]
-        return cls(jobs, attempts, checkpoints)
+        effects = [tuple(row) for row in connection.execute("SELECT job_id, generation, owner_id FROM host_effects")]
+        return cls(jobs, attempts, checkpoints, effects)
 
 
 @dataclass
@@ -104,7 +110,7 @@ class Audit:
         return {check: len(self.violations.get(check, [])) for check in CHECKS}
 
 
-CHECKS = ("accepted_on_stale_fence", "lost_jobs", "completed_twice", "claims_unaccounted")
+CHECKS = ("accepted_on_stale_fence", "lost_jobs", "completed_twice", "claims_unaccounted", "effects_not_once")
 
 
 def audit(db: Database, hosts: list[Journals], submitted: list[str], lease: float) -> Audit:
@@ -113,6 +119,7 @@ def audit(db: Database, hosts: list[Journals], submitted: list[str], lease: floa
     _completed_twice(db, hosts, report)
     _stale(db, hosts, report)
     _claims(db, hosts, report)
+    _effects(db, report)
     report.figures.update(_figures(db, hosts, lease))
     return report
 
@@ -219,6 +226,24 @@ def _claims(db: Database, hosts: list[Journals], report: Audit) -> None:
             report.flag("claims_unaccounted", f"{job_id}: generations {sorted(gens)} are not 1..n")
     handed_rows = sum(1 for (j, g), c in db.attempts.items() if (j, g, c["owner"]) in handed)
     report.figures["claims_unseen"] = len(db.attempts) - handed_rows
+
+
+def _effects(db: Database, report: Audit) -> None:
+    """The handler's own table holds exactly one row per completed job that
+    finished in a transaction, the completing claim's, and none for any
+    other job."""
+    rows: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for job_id, gen, owner in db.effects:
+        rows[job_id].append((gen, owner))
+    for job_id, job in db.jobs.items():
+        completed_in_transaction = job["status"] == "completed" and job["transaction"]
+        expected = [(job["generation"], job["owner"])] if completed_in_transaction else []
+        if sorted(rows.get(job_id, [])) != expected:
+            report.flag("effects_not_once", f"{job_id}: effect rows {sorted(rows.get(job_id, []))}, "
+                        f"expected {expected}")
+    report.figures["effect_rows"] = len(db.effects)
+    report.figures["transaction_jobs_above_generation_1"] = sum(
+        1 for job in db.jobs.values() if job["transaction"] and job["generation"] > 1)
 
 
 def _figures(db: Database, hosts: list[Journals], lease: float) -> dict[str, Any]:

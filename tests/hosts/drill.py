@@ -40,7 +40,7 @@ import psycopg
 
 import fenceq
 import netlab
-from audit import CHECKS, Database, Journals, audit, late_writes
+from audit import CHECKS, EFFECTS_TABLE, Database, Journals, audit, late_writes
 
 HERE = Path(__file__).resolve().parent
 PG_BIN = Path(os.environ.get("FENCEQ_PG_BINDIR", "/usr/lib/postgresql/15/bin"))
@@ -233,6 +233,7 @@ class Drill:
         subprocess.run([str(Path(sys.executable).parent / "fenceq"), "migrate", "--url", self.db.local_url],
                        check=True, stdout=subprocess.DEVNULL)
         self.connection = psycopg.connect(self.db.local_url, autocommit=True)
+        self.connection.execute(EFFECTS_TABLE)
         with fenceq.connect(self.db.local_url) as client:
             client.create_queue(QUEUE, lease=timedelta(seconds=self.options.lease), max_attempts=100,
                                 backoff_base=timedelta(0), backoff_max=timedelta(0))
@@ -253,7 +254,8 @@ class Drill:
                 if due < backlog:
                     start = len(self.submitted)
                     self.submitted += client.submit_batch(QUEUE, [
-                        {"task": "steps", "payload": payload, "submission_id": f"hosts-{i}"}
+                        {"task": "steps", "payload": {**payload, "transaction": i % 2 == 0},
+                         "submission_id": f"hosts-{i}"}
                         for i in range(start, min(start + backlog, o.jobs))])
                 self._stop_feeding.wait(0.05)
 
@@ -290,14 +292,15 @@ class Drill:
 
     def _mid_job(self, host: str) -> bool:
         """Whether ``host`` has claimed jobs both in a checkpointed step and in
-        the unrecorded finish (so a cut strands checkpoints and completions)."""
+        the unrecorded finish outside a transaction (so a cut strands
+        checkpoints and completions that are re-sent after the heal)."""
         claimed = self._claimed(host)
         if len(claimed) < self.options.concurrency // 2:
             return False
         latest: dict[str, str] = {}
         for effect in self.workers[host].journals().effects:
             if claimed.get(effect["job"]) == effect["gen"]:
-                latest[effect["job"]] = effect["what"]
+                latest[effect["job"]] = "in_transaction" if effect.get("transaction") else effect["what"]
         phases = set(latest.values())
         return {"step", "finish"} <= phases
 
@@ -493,7 +496,9 @@ def markdown(summary: dict) -> str:
          f"{summary['jobs_with_generation_above_1']}, {summary['max_generation']}"),
         ("fenceq.attempts rows", summary["attempts_rows"]),
         ("completions by host", ", ".join(f"{h} {n}" for h, n in summary["completions_by_host"].items())),
-        ("accepted on a stale fence / lost / completed twice / claims unaccounted",
+        ("effect rows (the handler's own table); transaction jobs with generation > 1",
+         f"{summary['effect_rows']}; {summary['transaction_jobs_above_generation_1']}"),
+        ("accepted on a stale fence / lost / completed twice / claims unaccounted / effects not once",
          " / ".join(str(summary["violations"][c]) for c in CHECKS)),
         ("duration", f"{summary['duration_seconds']} s"),
     ]

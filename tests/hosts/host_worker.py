@@ -20,11 +20,12 @@ The worker's own log (JSON events) goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 from fenceq import Claim, Fence
 from fenceq._worker_log import configure
@@ -60,7 +61,10 @@ def effect(ctx, what: str, **fields: Any) -> None:
 def steps(ctx):
     """``steps`` steps of ``step_seconds`` each, checkpointed one by one (a
     later claim skips the steps already recorded), then ``finish_seconds``
-    of work that no checkpoint records, then the result. The
+    of work that no checkpoint records, then the result; with
+    ``transaction`` (every other job) that finish runs inside
+    ``ctx.transaction()`` and writes one row in ``host_effects``, which
+    commits with the result (docs/transactions.md). The
     handler never stops early on its own: a claim that lost its lease keeps
     trying to write, which is what the test needs to see refused."""
     for step in range(ctx.payload["steps"]):
@@ -73,9 +77,17 @@ def steps(ctx):
         except LeaseLost:
             effect(ctx, "lost", step=step)
             raise
-    effect(ctx, "finish")
-    time.sleep(ctx.payload["finish_seconds"])
-    return {"gen": ctx.generation, "owner": ctx.owner_id}
+    result = {"gen": ctx.generation, "owner": ctx.owner_id}
+    effect(ctx, "finish", transaction=ctx.payload["transaction"])
+    if not ctx.payload["transaction"]:
+        time.sleep(ctx.payload["finish_seconds"])
+        return result
+    # The finish is an effect in a table of the database's own, in a
+    # transaction that commits only with this claim's completion.
+    with ctx.transaction() as tx:
+        tx.execute("INSERT INTO host_effects VALUES (%s, %s, %s)", (ctx.job_id, ctx.generation, ctx.owner_id))
+        time.sleep(ctx.payload["finish_seconds"])
+        tx.result = result
 
 
 def _fence(fence: Fence) -> list:
@@ -103,8 +115,34 @@ CALLS = {
 }
 
 
+class RecordingTransaction:
+    """A worker's transaction (``ctx.transaction()``): its ``complete`` is
+    journalled by ``RecordingClient.transaction`` once the commit's outcome
+    is known."""
+
+    def __init__(self, transaction: Any):
+        self._transaction = transaction
+        self.completion: dict | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transaction, name)
+
+    async def complete(self, fence: Fence, result: Any = None) -> bool:
+        self.completion = {"op": "complete", "t0": time.time(), "fences": [_fence(fence)]}
+        try:
+            answer = await self._transaction.complete(fence, result)
+        except Exception as error:
+            self.completion["error"] = type(error).__name__
+            raise
+        self.completion["answer"] = answer
+        return answer
+
+
 class RecordingClient:
-    """Wraps the worker's ``AsyncClient``: each call in ``CALLS`` is journalled."""
+    """Wraps the worker's ``AsyncClient``: each call in ``CALLS`` is
+    journalled, and the completion inside a transaction as a ``complete``:
+    accepted only once it committed (unknown when the commit's answer was
+    lost; refused when it answered false, and the transaction rolled back)."""
 
     def __init__(self, client: Any, calls: Journal):
         self._client = client
@@ -130,6 +168,22 @@ class RecordingClient:
             return answer
 
         return recorded
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator[RecordingTransaction]:
+        recording: RecordingTransaction | None = None
+        try:
+            async with self._client.transaction(own_connection) as transaction:
+                recording = RecordingTransaction(transaction)
+                yield recording
+        except Exception as error:
+            if recording is not None and recording.completion and recording.completion.get("answer"):
+                del recording.completion["answer"]  # accepted, then the commit failed: unknown
+                recording.completion["error"] = type(error).__name__
+            raise
+        finally:
+            if recording is not None and recording.completion is not None:
+                self._calls.write(**recording.completion, t1=time.time())
 
 
 def main() -> None:

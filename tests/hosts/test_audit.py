@@ -19,13 +19,14 @@ def clean_run() -> tuple[Database, list[Journals]]:
     refused. Job b: w2, one claim, completed."""
     db = Database(
         jobs={"a": {"status": "completed", "generation": 2, "owner": "w2", "result": {"gen": 2, "owner": "w2"},
-                    "finished_at": 107.5},
+                    "finished_at": 107.5, "transaction": True},
               "b": {"status": "completed", "generation": 1, "owner": "w2", "result": {"gen": 1, "owner": "w2"},
-                    "finished_at": 101.0}},
+                    "finished_at": 101.0, "transaction": True}},
         attempts={("a", 1): {"owner": "w1", "claimed_at": 100.0}, ("a", 2): {"owner": "w2", "claimed_at": 106.0},
                   ("b", 1): {"owner": "w2", "claimed_at": 100.0}},
         checkpoints=[{"job": "a", "step": "step0", "value": {"gen": 1, "owner": "w1"}, "generation": 1,
-                      "recorded_at": 100.5}])
+                      "recorded_at": 100.5}],
+        effects=[("a", 2, "w2"), ("b", 1, "w2")])
     w1 = Journals("w1", calls=[
         {"op": "claim_batch", "t0": 99.9, "t1": 100.0, "fences": [["a", 1, "w1"]], "answer": 1},
         {"op": "checkpoint", "t0": 100.4, "t1": 100.5, "fences": [["a", 1, "w1"]], "answer": True},
@@ -87,6 +88,18 @@ def claim_outside_ledger(db, hosts):
                            "answer": True})
 
 
+def commit_a_stale_effect(db, hosts):
+    db.effects.append(("a", 1, "w1"))
+
+
+def lose_an_effect(db, hosts):
+    db.effects.remove(("b", 1, "w2"))
+
+
+def write_an_effect_outside_a_transaction(db, hosts):
+    db.jobs["b"]["transaction"] = False
+
+
 def skip_a_generation(db, hosts):
     db.attempts[("b", 3)] = db.attempts.pop(("b", 1))
     hosts[1].calls[0]["fences"] = [["b", 3, "w2"]]
@@ -101,6 +114,9 @@ def skip_a_generation(db, hosts):
     (leave_pending, "lost_jobs"),
     (claim_outside_ledger, "claims_unaccounted"),
     (skip_a_generation, "claims_unaccounted"),
+    (commit_a_stale_effect, "effects_not_once"),
+    (lose_an_effect, "effects_not_once"),
+    (write_an_effect_outside_a_transaction, "effects_not_once"),
 ], ids=lambda v: getattr(v, "__name__", v))
 def test_each_broken_promise_is_caught(change, check):
     counts = broken(change)

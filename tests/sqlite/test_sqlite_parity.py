@@ -261,7 +261,7 @@ LIMIT_PARAMETERS = [
 ]
 
 
-@pytest.mark.parametrize("bad", ["x", "", 1.5, 2.5], ids=repr)
+@pytest.mark.parametrize("bad", ["x", "", 1.5, 2.5, b"\x01"], ids=repr)  # a driver may bind a BLOB
 @pytest.mark.parametrize("name, params, limit, sqlstate", LIMIT_PARAMETERS, ids=[p[0] for p in LIMIT_PARAMETERS])
 def test_a_limit_that_is_not_an_integer_is_refused_and_changes_nothing(sqlite_db, name, params, limit, sqlstate,
                                                                         bad):
@@ -273,10 +273,11 @@ def test_a_limit_that_is_not_an_integer_is_refused_and_changes_nothing(sqlite_db
     assert run_file(path, name, params | {limit: None})[0]["sqlstate"] is None  # the same call with a good value
 
 
-def test_claim_batch_with_null_claim_tokens_is_refused_and_changes_nothing(sqlite_db):
+@pytest.mark.parametrize("tokens", [None, b"[]", "t-1", 5], ids=repr)
+def test_claim_batch_with_claim_tokens_not_an_array_is_refused_and_changes_nothing(sqlite_db, tokens):
     path = _jobs_for_every_limit(sqlite_db)
     before = _every_row(path)
-    claim = {"queues": '["q"]', "owner_id": "w", "claim_tokens": None, "lease": None, "budget": None}
+    claim = {"queues": '["q"]', "owner_id": "w", "claim_tokens": tokens, "lease": None, "budget": None}
     (answer,) = run_file(path, "claim_batch", claim)
     assert answer["sqlstate"] == "QF100"
     assert _every_row(path) == before

@@ -6,6 +6,7 @@ a test moves it, and nothing waits on the wall clock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from datetime import timedelta
@@ -17,6 +18,7 @@ from fenceq.backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
 from fenceq.types import Claim, new_claim_token
 from fenceq.worker import App, Worker
 from fenceq.worker.claimer import Claimer
+from fenceq.worker.completer import Completer
 from fenceq.worker.events import Events
 from fenceq.worker.fenced_writer import FencedWriter, Verdict
 from fenceq.worker.heartbeater import Heartbeater
@@ -124,6 +126,29 @@ async def test_a_lost_acknowledgement_on_complete_batch_is_read_back_per_job(fak
     assert [fake.rows[j.claim.job_id].result for j in jobs] == [1, 2, 3]
 
 
+async def test_completions_queued_behind_a_resent_batch_go_out_before_it_is_answered(fake, clock):
+    state, _, writer = await units(fake, clock)
+    completer = Completer(state, writer)
+    running = asyncio.create_task(completer.run())
+    for _ in range(4):
+        fake.submit("t")
+    first, second = ([in_flight(state, claim, 30.0)
+                      for claim in fake.claim_batch(["q"], "w", [new_claim_token() for _ in range(2)])]
+                     for _ in range(2))
+    fake.drop("complete_batch")  # the first batch's call never arrives: it waits to be re-sent
+    earlier = [asyncio.create_task(completer.complete(job, 1)) for job in first]
+    await settle()
+    later = [asyncio.create_task(completer.complete(job, 2)) for job in second]
+    await settle()
+    # No time has passed, so the first batch's re-send is still asleep ...
+    assert all(task.done() for task in later) and not any(task.done() for task in earlier)
+    assert [task.result() for task in later] == [Verdict.ACCEPTED] * 2
+    # ... and it lands once its back-off ends.
+    assert await finished(asyncio.gather(*earlier), clock) == [Verdict.ACCEPTED] * 2
+    assert {fake.rows[j.claim.job_id].status for j in first + second} == {"completed"}
+    running.cancel()
+
+
 async def test_the_worker_settles_a_job_once_when_completes_answer_is_lost(fake, clock):
     app = App(queues=["q"])
 
@@ -141,6 +166,47 @@ async def test_the_worker_settles_a_job_once_when_completes_answer_is_lost(fake,
     assert (row.status, row.generation, row.attempts, row.result) == ("completed", 1, 1, {"done": True})
     assert runtime.counts["completed"] == 1 and runtime.counts["refused"] == 0
     assert len(fake.called("claim_next")) >= 1 and fake.applied["complete"] == 2
+
+
+async def test_a_finished_handler_frees_its_slot_while_its_completion_is_written(fake, clock):
+    app = App(queues=["q"])
+
+    @app.task("work")
+    async def work(ctx):
+        return None
+
+    first, second = fake.submit("work"), fake.submit("work")
+    fake.drop("complete")  # the first completion waits to be re-sent ...
+    runtime = Runtime(app, settings_of(concurrency=1), open_backend=opener(fake), clock=clock)
+    task = asyncio.create_task(runtime.run())
+    await until(lambda: fake.called("complete"), clock, step=STEP)
+    await settle()
+    # ... and, with no time passing, the next job is claimed and run meanwhile.
+    assert fake.rows[second].status == "completed" and fake.rows[first].status == "claimed"
+    await until(lambda: runtime.counts["completed"] == 2, clock, step=STEP)
+    await stopped(runtime, task, clock)
+    assert fake.rows[first].status == "completed"
+
+
+async def test_at_most_concurrency_jobs_wait_on_their_outcome_besides_those_running(fake, clock):
+    app = App(queues=["q"])
+
+    @app.task("work")
+    async def work(ctx):
+        return None
+
+    for operation in ("complete", "complete_batch"):  # no completion arrives while the clock stands still
+        fake.drop(operation, times=1000)
+    jobs = [fake.submit("work") for _ in range(6)]
+    runtime = Runtime(app, settings_of(concurrency=2), open_backend=opener(fake), clock=clock)
+    task = asyncio.create_task(runtime.run())
+    await until(lambda: len([j for j in jobs if fake.rows[j].status == "claimed"]) == 4, clock, step=0)
+    await settle()
+    assert len([j for j in jobs if fake.rows[j].status == "claimed"]) == 4, "2 settling + 2 running at most"
+    runtime.request_stop()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 # An uncertain claim -------------------------------------------------------------

@@ -139,3 +139,69 @@ def reporter(ctx):
         ctx.progress({"reports": reports})
         time.sleep(0.001)
     return {"reports": reports}
+
+
+# Transactions (docs/transactions.md): a transfer between two rows of the
+# test's own tables, with one row per committed effect in ``effects`` (no
+# unique key: a second effect of a job would show).
+
+LEDGER = ("CREATE TABLE accounts (id text PRIMARY KEY, balance integer NOT NULL)",
+          "CREATE TABLE effects (job_id text NOT NULL, generation integer NOT NULL, pid integer NOT NULL)",
+          "INSERT INTO accounts VALUES ('alice', 1000), ('bob', 0)")
+
+
+def wait_for_file(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def transfer_statements(ctx, backend: str) -> list[tuple[str, tuple]]:
+    mark = "%s" if backend == "postgres" else "?"
+    amount = ctx.payload.get("amount", 10)
+    return [(f"UPDATE accounts SET balance = balance - {mark} WHERE id = 'alice'", (amount,)),
+            (f"UPDATE accounts SET balance = balance + {mark} WHERE id = 'bob'", (amount,)),
+            (f"INSERT INTO effects VALUES ({mark}, {mark}, {mark})", (ctx.job_id, ctx.generation, os.getpid()))]
+
+
+def follow_up(ctx) -> tuple[str, str, dict] | None:
+    """The follow-up job a transfer submits in its transaction, if asked to."""
+    queue = ctx.payload.get("follow_up")
+    return (queue, "noop", {"after": ctx.job_id, "gen": ctx.generation}) if queue else None
+
+
+@app.task("transfer")
+def transfer(ctx):
+    """Moves ``amount`` from alice to bob in ``ctx.transaction()``. Generation 1
+    waits for the file ``hold_before`` before the block and ``hold_in`` inside
+    it (after its writes); attempt ``fail_in`` raises inside the block."""
+    payload = ctx.payload
+    trace(ctx, "start")
+    if payload.get("hold_before") and ctx.generation == 1:
+        wait_for_file(payload["hold_before"])
+    with ctx.transaction() as tx:
+        for sql, params in transfer_statements(ctx, tx.backend):
+            tx.execute(sql, params)
+        if (job := follow_up(ctx)) is not None:
+            tx.submit(*job)
+        trace(ctx, "written")
+        if payload.get("hold_in") and ctx.generation == 1:
+            wait_for_file(payload["hold_in"])
+        if payload.get("fail_in") == ctx.attempt:
+            raise RuntimeError("trouble inside the transaction")
+        tx.result = {"gen": ctx.generation, "pid": os.getpid()}
+    trace(ctx, "committed")
+
+
+@app.task("atransfer")
+async def atransfer(ctx):
+    """``transfer`` as an async handler (no holds)."""
+    trace(ctx, "start")
+    async with ctx.transaction() as tx:
+        for sql, params in transfer_statements(ctx, tx.backend):
+            await tx.execute(sql, params)
+        if (job := follow_up(ctx)) is not None:
+            await tx.submit(*job)
+        if ctx.payload.get("fail_in") == ctx.attempt:
+            raise RuntimeError("trouble inside the transaction")
+        tx.result = {"gen": ctx.generation, "async": True}
+    trace(ctx, "committed")

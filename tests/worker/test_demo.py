@@ -18,7 +18,8 @@ def test_demo_tells_its_story(db, tmp_path):
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    for line in ("ok    graph in order", "ok    crash takeover", "ok    stale writes refused", "ok    duplicate replayed",
+    for line in ("ok    graph in order", "ok    crash takeover", "ok    stale writes refused", "ok    frozen transfer rolled back",
+                 "ok    duplicate replayed",
                  "ok    cancel acknowledged", "ok    dead letter replayed", "ok    graceful drain"):
         assert line in out, out
     assert "killed (pid" in out and "took over at generation 2" in out

@@ -29,7 +29,7 @@ import psycopg.sql
 from psycopg.rows import dict_row
 
 from ..canonical import json_string, utc_text
-from ..errors import FenceqError, PersistenceFailed, translate
+from ..errors import FenceqError, PersistenceFailed, config_error, translate
 from ..ops import Op, Shape, SubmitRequest
 from ..types import DeadLetter, Job
 from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
@@ -84,6 +84,10 @@ _VIEWS.update({
                      " WHERE n.nspname = 'fenceq' AND c.relkind IN ('v', 'm')"
                      " AND pg_catalog.has_table_privilege(c.oid, 'SELECT')",
     "queue_overview": "SELECT * FROM fenceq.queue_stats ORDER BY queue",
+    "replica_lag": "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL"
+                   " WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0::double precision"
+                   " ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::double precision"
+                   " END AS value",
     "jobs_by_submission": f"SELECT {columns(Job)} FROM fenceq.jobs WHERE job_id = (SELECT s.job_id"
                           " FROM fenceq.submissions AS s WHERE s.submission_id = %(submission_id)s::text)"
                           " ORDER BY created_at, job_id LIMIT 100",
@@ -186,6 +190,27 @@ async def pooled_async(conn: psycopg.AsyncConnection) -> bool:
     return row is not None and row[0] != conn.info.backend_pid
 
 
+def server_of(connection: Any) -> str:
+    """host:port of a connection's server."""
+    return f"{connection.info.host}:{connection.info.port}"
+
+
+async def _connect_async(url: str) -> tuple[psycopg.AsyncConnection, bool]:
+    """An autocommit connection, and whether it goes through a pooler."""
+    try:
+        connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+    try:
+        through_pooler = await pooled_async(connection)
+    except psycopg.Error as exc:
+        await connection.close()
+        raise driver_error(exc) from exc
+    if through_pooler:
+        connection.prepare_threshold = None
+    return connection, through_pooler
+
+
 def connection_url(url: str) -> str:
     """Accept SQLAlchemy's spelling postgresql+psycopg:// as well."""
     scheme, sep, rest = url.partition("://")
@@ -266,17 +291,26 @@ class PostgresBackend:
         self._url = url if self._owned else None  # listeners open connections of their own from it
         self._listen_url = listen_url  # or from this one, when given
         if self._owned:
-            try:
-                self._connection = psycopg.connect(connection_url(url or ""), autocommit=True)
-            except psycopg.Error as exc:
-                raise driver_error(exc) from exc
-            try:
-                through_pooler = pooled(self._connection)
-            except psycopg.Error as exc:
-                self._connection.close()
-                raise driver_error(exc) from exc
-            if through_pooler:
-                self._connection.prepare_threshold = None
+            self._connect()
+
+    def _connect(self) -> None:
+        try:
+            self._connection = psycopg.connect(connection_url(self._url or ""), autocommit=True)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        try:
+            through_pooler = pooled(self._connection)
+        except psycopg.Error as exc:
+            self._connection.close()
+            raise driver_error(exc) from exc
+        if through_pooler:
+            self._connection.prepare_threshold = None
+
+    @property
+    def server(self) -> str | None:
+        """host:port of the server an owned connection reached (of a
+        multi-host URL, the one that answered: the primary)."""
+        return server_of(self._connection) if self._owned else None
 
     @contextlib.contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
@@ -284,6 +318,10 @@ class PostgresBackend:
             with self._pool.connection() as conn:
                 yield conn
         else:
+            if self._owned and self._connection.closed:
+                # Lost with its server (a failover): the call is made on a
+                # new connection, to whichever host of the URL is primary now.
+                self._connect()
             yield self._connection
 
     def run(self, op: Op) -> Any:
@@ -328,6 +366,39 @@ class PostgresBackend:
             _close(connection)
             return None
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["PostgresTransaction"]:
+        """A transaction on a connection no other call of this backend uses
+        meanwhile: one taken from the caller's pool, or a new one (closed
+        after) for a backend that owns its connection. Leaving the block
+        commits; an exception rolls back. QF100 on a caller's connection:
+        run your transaction there yourself."""
+        if self._pool is None and not self._owned:
+            raise config_error("QF100", "a client on your own connection runs in your transaction already")
+        with self._transaction_connection() as conn:
+            with _transaction_block(conn):
+                yield PostgresTransaction(conn)
+
+    @contextlib.contextmanager
+    def _transaction_connection(self) -> Iterator[psycopg.Connection]:
+        if self._pool is not None:
+            with self._pool.connection() as conn:
+                autocommit = conn.autocommit
+                conn.autocommit = True
+                try:
+                    yield conn
+                finally:
+                    conn.autocommit = autocommit
+            return
+        # One connection for one transaction: through PgBouncer it stays on one
+        # server session, so its prepared statements are safe.
+        try:
+            conn = psycopg.connect(connection_url(self._url or ""), autocommit=True)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        with conn:
+            yield conn
+
 
 class AsyncPostgresBackend:
     name = "postgres"
@@ -344,18 +415,13 @@ class AsyncPostgresBackend:
 
     @classmethod
     async def connect(cls, url: str, listen_url: str | None = None) -> "AsyncPostgresBackend":
-        try:
-            connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
-        except psycopg.Error as exc:
-            raise driver_error(exc) from exc
-        try:
-            through_pooler = await pooled_async(connection)
-        except psycopg.Error as exc:
-            await connection.close()
-            raise driver_error(exc) from exc
-        if through_pooler:
-            connection.prepare_threshold = None
+        connection, through_pooler = await _connect_async(url)
         return cls(connection=connection, owned=True, pooled=through_pooler, url=url, listen_url=listen_url)
+
+    @property
+    def server(self) -> str | None:
+        """As ``PostgresBackend.server``."""
+        return server_of(self._connection) if self._owned else None
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -363,6 +429,8 @@ class AsyncPostgresBackend:
             async with self._pool.connection() as conn:
                 yield conn
         else:
+            if self._owned and self._connection.closed:  # as PostgresBackend._conn
+                self._connection, self.pooled = await _connect_async(self._url or "")
             yield self._connection
 
     async def run(self, op: Op) -> Any:
@@ -440,3 +508,131 @@ class AsyncPostgresBackend:
 
     def schema_missing(self, error: BaseException) -> bool:
         return getattr(error.__cause__, "sqlstate", None) in _SCHEMA_MISSING
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncPostgresTransaction"]:
+        """As ``PostgresBackend.transaction``; with ``own_connection``, on the
+        connection this backend owns (its caller keeps every other call off
+        it meanwhile)."""
+        if self._pool is None and not self._owned:
+            raise config_error("QF100", "a client on your own connection runs in your transaction already")
+        async with contextlib.AsyncExitStack() as stack:
+            conn = self._connection if own_connection and self._pool is None else \
+                await stack.enter_async_context(self._transaction_connection())
+            async with _async_transaction_block(conn):
+                yield AsyncPostgresTransaction(conn)
+
+    @contextlib.asynccontextmanager
+    async def _transaction_connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self._pool is not None:
+            async with self._pool.connection() as conn:
+                autocommit = conn.autocommit
+                await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    await conn.set_autocommit(autocommit)
+            return
+        try:
+            conn = await psycopg.AsyncConnection.connect(connection_url(self._url or ""), autocommit=True)
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        async with conn:
+            yield conn
+
+
+# Transactions of one's own (``transaction``) -------------------------------------
+
+@contextlib.contextmanager
+def _transaction_block(conn: psycopg.Connection) -> Iterator[None]:
+    """BEGIN; COMMIT when the block ends, ROLLBACK when it raises. A lost
+    answer to COMMIT raises PersistenceFailed: the outcome is unknown."""
+    try:
+        conn.execute("BEGIN")
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        _committed(conn.execute("COMMIT"))
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+
+
+@contextlib.asynccontextmanager
+async def _async_transaction_block(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
+    try:
+        await conn.execute("BEGIN")
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute("ROLLBACK")
+        raise
+    try:
+        _committed(await conn.execute("COMMIT"))
+    except psycopg.Error as exc:
+        raise driver_error(exc) from exc
+
+
+def _committed(cursor: Any) -> None:
+    """COMMIT of a transaction in which a statement failed (its error
+    caught) rolls back without an error: say so."""
+    if cursor.statusmessage != "COMMIT":
+        raise config_error("QF100", "the transaction was rolled back: a statement in it failed")
+
+
+class PostgresTransaction:
+    """An open transaction of ``PostgresBackend.transaction``: fenceq
+    operations (``run``) and the caller's own statements (``execute``, with
+    psycopg's placeholders and errors) commit or roll back together."""
+
+    name = "postgres"
+
+    def __init__(self, connection: psycopg.Connection):
+        self.connection = connection
+
+    def run(self, op: Op) -> Any:
+        sql, params = statement(op)
+        try:
+            with self.connection.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        return answer(op, rows)
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+
+class AsyncPostgresTransaction:
+    """As ``PostgresTransaction``, on an ``AsyncConnection``."""
+
+    name = "postgres"
+
+    def __init__(self, connection: psycopg.AsyncConnection):
+        self.connection = connection
+
+    async def run(self, op: Op) -> Any:
+        sql, params = statement(op)
+        try:
+            async with self.connection.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(sql, params)
+                rows = await cursor.fetchall()
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        return answer(op, rows)
+
+    async def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        async with self.connection.cursor() as cursor:
+            await cursor.execute(sql, params)
+            return await cursor.fetchall() if cursor.description is not None else []

@@ -51,6 +51,27 @@ class AsyncListener(Protocol):
     async def notifications(self, timeout: float) -> list[Notification]: ...
 
 
+class Transaction(Protocol):
+    """An open transaction of ``Backend.transaction``."""
+
+    name: str
+
+    def run(self, op: Op) -> Any:
+        """Run one operation inside the transaction."""
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        """Run the caller's own statement (the driver's placeholders and
+        errors); its rows, none for a statement without."""
+
+
+class AsyncTransaction(Protocol):
+    name: str
+
+    async def run(self, op: Op) -> Any: ...
+
+    async def execute(self, sql: str, params: Any = None) -> list[tuple]: ...
+
+
 class Backend(Protocol):
     name: str                   # "postgres" or "sqlite"
     capabilities: Capabilities
@@ -65,6 +86,14 @@ class Backend(Protocol):
         """For the block, a connection of its own (never the one calls run
         on) subscribed to ``channels``; None when the backend has none to
         offer (no notifications, or the caller's own connection)."""
+
+    def transaction(self) -> ContextManager[Transaction]:
+        """For the block, a transaction on a connection no other call of
+        this backend uses meanwhile (PostgreSQL: from the caller's pool, or
+        a new one; SQLite: a new one, in ``BEGIN IMMEDIATE``). Leaving the
+        block commits (``PersistenceFailed`` when the answer to COMMIT is
+        lost: the outcome is unknown); an exception rolls back. QF100 on a
+        caller's own connection."""
 
 
 class AsyncBackend(Protocol):
@@ -89,6 +118,11 @@ class AsyncBackend(Protocol):
 
     def listener(self, channels: Sequence[str]) -> AsyncContextManager[AsyncListener | None]:
         """As ``Backend.listener``."""
+
+    def transaction(self, own_connection: bool = False) -> AsyncContextManager[AsyncTransaction]:
+        """As ``Backend.transaction``; with ``own_connection``, on the
+        connection this backend owns, which its caller keeps every other
+        call off meanwhile (a worker's transaction connections)."""
 
 
 # Reads for operators' tools -------------------------------------------------------
@@ -175,6 +209,13 @@ def present_views() -> Op:
     """The names of fenceq's views this connection may read (``jobs``, …,
     and those of OPTIONAL_VIEWS the schema has)."""
     return _read("present_views", Shape.SCALAR, list[str])
+
+
+def replica_lag() -> Op:
+    """Seconds the server answering is behind its primary: None on a
+    primary (and on SQLite), 0 on a standby that has replayed all it has
+    received, else the age of the last transaction it replayed."""
+    return _read("replica_lag", Shape.SCALAR, float)
 
 
 def queue_overview() -> Op:

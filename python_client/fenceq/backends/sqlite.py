@@ -88,6 +88,8 @@ _VIEWS.update({
     "present_views": "SELECT json_group_array(substr(name, 8)) AS value FROM (SELECT name FROM sqlite_master"
                      " WHERE type = 'view' AND name LIKE 'fenceq\\_%' ESCAPE '\\' ORDER BY name)",
     "queue_overview": "SELECT * FROM fenceq_queue_stats ORDER BY queue",
+    # Differs from PostgreSQL in that SQLite has no standby: never behind.
+    "replica_lag": "SELECT NULL AS value",
     # Differs from PostgreSQL in that the submission's own unique index finds the job.
     "jobs_by_submission": f"SELECT {_JOB_COLUMNS} FROM fenceq__submissions AS s"
                           " JOIN fenceq_jobs AS j ON j.job_id = s.job_id WHERE s.submission_id = :submission_id",
@@ -442,6 +444,16 @@ class SqliteBackend:
     def listener(self, channels: Sequence[str]) -> Iterator[None]:
         yield None  # no notifications: waits poll
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["SqliteTransaction"]:
+        """A write transaction (``BEGIN IMMEDIATE``) on a new connection to
+        the file, closed after: leaving the block commits, an exception rolls
+        back. Differs from PostgreSQL in that it holds the file's write lock
+        from the start: every other writer (this client's calls included)
+        waits for it."""
+        with _transaction_connection(self.path) as connection:
+            yield SqliteTransaction(connection)
+
 
 class AsyncSqliteBackend:
     """The sync backend on a private worker thread, so that no call blocks
@@ -481,6 +493,31 @@ class AsyncSqliteBackend:
         yield None  # no notifications: waits poll
 
     @contextlib.asynccontextmanager
+    async def transaction(self, own_connection: bool = False) -> AsyncIterator["AsyncSqliteTransaction"]:
+        """As ``SqliteBackend.transaction``, on a thread of its own; with
+        ``own_connection``, on this backend's connection and thread (its
+        caller keeps every other call off it meanwhile)."""
+        if own_connection:
+            executor = self._executor
+            opening = _transaction_on(self._backend._connection)
+        else:
+            executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fenceq-sqlite-tx")
+            opening = _transaction_connection(self._backend.path)
+        loop = asyncio.get_running_loop()
+        try:
+            connection = await loop.run_in_executor(executor, opening.__enter__)
+            tx = AsyncSqliteTransaction(SqliteTransaction(connection), executor)
+            try:
+                yield tx
+            except BaseException as error:
+                await loop.run_in_executor(executor, opening.__exit__, type(error), error, error.__traceback__)
+                raise
+            await loop.run_in_executor(executor, opening.__exit__, None, None, None)
+        finally:
+            if executor is not self._executor:
+                executor.shutdown(wait=False)
+
+    @contextlib.asynccontextmanager
     async def exclusive(self, duty: str) -> AsyncIterator["AsyncSqliteBackend"]:
         # Every write runs in BEGIN IMMEDIATE: rounds of a duty never overlap.
         yield self
@@ -500,6 +537,76 @@ def write_lock_held(url: str) -> bool:
         return True
     finally:
         probe.close()
+
+
+# Transactions of one's own (``transaction``) -------------------------------------
+
+@contextlib.contextmanager
+def _transaction_connection(path: str) -> Iterator[sqlite3.Connection]:
+    """A new connection in ``BEGIN IMMEDIATE`` for the block (as
+    ``_transaction_on``), closed after."""
+    connection = open_connection(path)
+    try:
+        with _transaction_on(connection):
+            yield connection
+    finally:
+        connection.close()
+
+
+@contextlib.contextmanager
+def _transaction_on(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` on the connection for the block; COMMIT when it
+    ends, ROLLBACK when it raises. A failed COMMIT raises PersistenceFailed."""
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise PersistenceFailed() from exc
+    try:
+        yield connection
+    except BaseException:
+        _rollback(connection)
+        raise
+    try:
+        connection.execute("COMMIT")
+    except sqlite3.Error as exc:
+        _rollback(connection)
+        raise PersistenceFailed() from exc
+
+
+class SqliteTransaction:
+    """An open transaction of ``SqliteBackend.transaction``: fenceq
+    operations (``run``, the statement files without their BEGIN and
+    COMMIT) and the caller's own statements (``execute``, with sqlite3's
+    placeholders and errors) commit or roll back together."""
+
+    name = "sqlite"
+
+    def __init__(self, connection: sqlite3.Connection):
+        self.connection = connection
+
+    def run(self, op: Op) -> Any:
+        return run_in_transaction(self.connection, op)
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        return self.connection.execute(sql, () if params is None else params).fetchall()
+
+
+class AsyncSqliteTransaction:
+    """``SqliteTransaction`` on the transaction's own thread."""
+
+    name = "sqlite"
+
+    def __init__(self, transaction: SqliteTransaction, executor: concurrent.futures.ThreadPoolExecutor):
+        self._transaction = transaction
+        self._executor = executor
+        self.connection = transaction.connection
+
+    async def run(self, op: Op) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._transaction.run, op)
+
+    async def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._transaction.execute,
+                                                                sql, params)
 
 
 # verify_schema ------------------------------------------------------------------

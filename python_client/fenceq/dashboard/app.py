@@ -73,13 +73,16 @@ class Dashboard:
 
     def __init__(self, url: str | None = None, *, allow_actions: bool = False,
                  allowed_hosts: Iterable[str] | None = None, secret: bytes | None = None,
-                 open_client: Callable[[str], Client] = connect):
+                 open_client: Callable[[str], Client] = connect, read_url: str | None = None):
         self.url = resolve_url(url)
+        # Pages may read from a standby; actions always write through url.
+        self.read_url = read_url
         self.allow_actions = allow_actions
         self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
         self._secret = secret or secrets.token_bytes(32)
         self._open_client = open_client
         self._client: Client | None = None
+        self._reader: Client | None = None
         self._client_lock = threading.Lock()
         self.templates = Environment(loader=PackageLoader("fenceq.dashboard", "templates"), autoescape=True,
                                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -104,9 +107,11 @@ class Dashboard:
 
     def close(self) -> None:
         with self._client_lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            for client in (self._client, self._reader):
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        client.close()
+            self._client = self._reader = None
 
     # Plumbing -----------------------------------------------------------------------
 
@@ -133,6 +138,20 @@ class Dashboard:
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[Client]:
+        """The client of the pages' reads: on read_url when given."""
+        if self.read_url is None:
+            with self._writer() as client:
+                yield client
+            return
+        with self._client_lock:
+            if self._reader is None:
+                self._reader = self._open_client(self.read_url)
+            client = self._reader
+        yield client
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[Client]:
+        """The client of the actions (and of the reads without read_url)."""
         with self._client_lock:
             if self._client is None:
                 self._client = self._open_client(self.url)
@@ -149,10 +168,16 @@ class Dashboard:
             with contextlib.suppress(FenceqError):
                 with self._db() as client:
                     views = set(client.present_views())
+        lag = None  # how far behind the replica the pages read from is
+        if self.read_url is not None:
+            with contextlib.suppress(FenceqError):
+                with self._db() as client:
+                    lag = client.replica_lag()
         response = Response(mimetype="text/html")
         token = self._csrf_token(request, response) if self.allow_actions else ""
         response.set_data(self.templates.get_template(template).render(
             request=request, actions=self.allow_actions, csrf=token, views=views or set(),
+            replica=self.read_url is not None, replica_lag=lag,
             optional_views=OPTIONAL_VIEWS, notice=NOTICES.get(request.args.get("notice", "")), **context))
         response.status_code = status
         return response
@@ -289,19 +314,19 @@ class Dashboard:
 
     def page_replay(self, request: Request) -> Response:
         dlq_id = self._check_action(request, "dlq_id")
-        with self._db() as client:
+        with self._writer() as client:
             job_id = client.replay_dead_letter(dlq_id)
         return redirect(f"{job_path(job_id)}?notice=replayed" if job_id else "/dead-letters?notice=not-open", 303)
 
     def page_discard(self, request: Request) -> Response:
         dlq_id = self._check_action(request, "dlq_id")
-        with self._db() as client:
+        with self._writer() as client:
             done = client.discard_dead_letter(dlq_id)
         return redirect("/dead-letters?notice=" + ("discarded" if done else "not-open"), 303)
 
     def page_cancel(self, request: Request) -> Response:
         job_id = self._check_action(request, "job_id")
-        with self._db() as client:
+        with self._writer() as client:
             outcome = client.cancel(job_id)
         notice = outcome if outcome in NOTICES else "cancel-refused"
         return redirect(f"{job_path(job_id)}?notice={notice}", 303)
@@ -314,7 +339,7 @@ class Dashboard:
 
     def _pause(self, request: Request, pause: bool) -> Response:
         queue = self._check_action(request, "queue")
-        with self._db() as client:
+        with self._writer() as client:
             changed = client.pause_queue(queue) if pause else client.resume_queue(queue)
         return redirect("/queues?notice=" + (("paused" if pause else "resumed") if changed else "unchanged"), 303)
 
@@ -348,10 +373,11 @@ def _moment(text: Any) -> datetime:
         raise BadRequest("the page cursor is malformed") from None
 
 
-def start_dashboard(url: str | None, host: str, port: int, *, allow_actions: bool = False) -> tuple[Any, ...]:
+def start_dashboard(url: str | None, host: str, port: int, *, allow_actions: bool = False,
+                    read_url: str | None = None) -> tuple[Any, ...]:
     """A dashboard served from a thread on (host, port) (0: any free port),
     answering only to that address: (dashboard, server, thread)."""
-    dashboard = Dashboard(url, allow_actions=allow_actions, allowed_hosts=())
+    dashboard = Dashboard(url, allow_actions=allow_actions, allowed_hosts=(), read_url=read_url)
     server, thread = serve(dashboard, host, port, "fenceq-dashboard")
     bound = server.server_port
     if host in ("0.0.0.0", "::"):
@@ -363,10 +389,10 @@ def start_dashboard(url: str | None, host: str, port: int, *, allow_actions: boo
 
 
 def serve_dashboard(url: str | None, host: str, port: int, *, allow_actions: bool = False,
-                    started: Callable[[str], None] = print) -> None:
+                    started: Callable[[str], None] = print, read_url: str | None = None) -> None:
     """Serve until interrupted (KeyboardInterrupt, or SystemExit from a
     SIGTERM handler); ``started`` is told the address."""
-    dashboard, server, thread = start_dashboard(url, host, port, allow_actions=allow_actions)
+    dashboard, server, thread = start_dashboard(url, host, port, allow_actions=allow_actions, read_url=read_url)
     try:
         started(f"http://{host}:{server.server_port}/")
         thread.join()

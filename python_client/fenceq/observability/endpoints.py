@@ -17,6 +17,7 @@ Both bind ``metrics_host`` (127.0.0.1 unless told otherwise).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
@@ -26,6 +27,9 @@ from prometheus_client.exposition import choose_encoder
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from ..backends import open_async_backend
+from ..client import AsyncClient
+from ..errors import PersistenceFailed
 from .metrics import QueueCollector, QueueFigures, WorkerMetrics, worker_gauges
 
 if TYPE_CHECKING:
@@ -75,6 +79,7 @@ class WorkerEndpoints:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state: WorkerState | None = None
         self._pool: Pool | None = None
+        self._replica: AsyncClient | None = None  # on read_url
         self._opened_at = time.monotonic()
         self._server: tuple[BaseWSGIServer, threading.Thread] | None = None
         self.port: int | None = None
@@ -145,6 +150,8 @@ class WorkerEndpoints:
             raise RuntimeError("the worker has not started")
 
         async def read() -> Any:
+            if self._settings.read_url is not None:
+                return await self._read_replica()
             async with pool.client() as client:
                 return await client.queue_overview()
 
@@ -154,6 +161,23 @@ class WorkerEndpoints:
         except BaseException:
             future.cancel()
             raise
+
+    async def _read_replica(self) -> Any:
+        """queue_stats on the read_url (on the worker's loop); a client
+        whose call failed is closed and opened again on the next read."""
+        if self._replica is None:
+            self._replica = AsyncClient(await open_async_backend(self._settings.read_url))
+        try:
+            return await self._replica.queue_overview()
+        except PersistenceFailed:
+            await self.close_reader()
+            raise
+
+    async def close_reader(self) -> None:
+        replica, self._replica = self._replica, None
+        if replica is not None:
+            with contextlib.suppress(Exception):
+                await replica.close()
 
     # WSGI ---------------------------------------------------------------------------
 

@@ -76,6 +76,8 @@ class WorkerMetrics:
                                "this worker's fence was stale.", ("queue", "task", "write"), registry=registry)
         self.reaped = Counter("fenceq_worker_reaped", "Expired claims and overdue jobs this worker's reap settled.",
                               ("outcome",), registry=registry)
+        self.server_switches = Counter("fenceq_worker_server_switches", "Times this worker's connections "
+                                       "moved to another database server (a failover).", registry=registry)
         self.handler_seconds = Histogram("fenceq_worker_handler_duration_seconds", "Handler run time.",
                                          ("queue", "task", "outcome"), buckets=HANDLER_BUCKETS, registry=registry)
         self._lost_claims: collections.OrderedDict[tuple, None] = collections.OrderedDict()
@@ -96,6 +98,8 @@ class WorkerMetrics:
             for outcome in REAP_OUTCOMES:
                 if fields.get(outcome):
                     self.reaped.labels(outcome).inc(fields[outcome])
+        elif event == "server_switched":
+            self.server_switches.inc()
         elif event == "handler_finished":
             self.handler_seconds.labels(*labels, str(fields.get("outcome", ""))).observe(fields["seconds"])
 

@@ -25,15 +25,18 @@ job through them): ``claimer`` (claim loop, nonce recovery), ``executor``
 (invoke the handler), ``settler`` (write its outcome), ``fenced_writer``
 (re-send, read back, "landed" checks), ``completer`` (batching),
 ``heartbeater``, ``cancel_watcher``, ``notifier`` (LISTEN wake-ups and
-control messages), ``maintenance`` (reap and purge duty), ``shutdown``
+control messages), ``transaction`` (``ctx.transaction()``: the handler's
+writes commit with its fenced completion), ``maintenance`` (reap and purge
+duty), ``shutdown``
 (stop, drain, release), wired by ``runtime`` around one ``state``. The
 worker reaches its database only through ``fenceq.backends`` and the client.
 """
 
 from .app import App, load_app
-from .context import AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable
+from .context import (AsyncJobContext, AsyncJobTransaction, JobCancelled, JobContext, JobTransaction, LeaseLost,
+                      NonRetryable)
 from .runtime import Worker
 from .settings import default_owner_id
 
-__all__ = ["App", "AsyncJobContext", "JobCancelled", "JobContext", "LeaseLost", "NonRetryable", "Worker",
-           "default_owner_id", "load_app"]
+__all__ = ["App", "AsyncJobContext", "AsyncJobTransaction", "JobCancelled", "JobContext", "JobTransaction",
+           "LeaseLost", "NonRetryable", "Worker", "default_owner_id", "load_app"]

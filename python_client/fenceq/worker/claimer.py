@@ -37,7 +37,7 @@ class Claimer:
         assert poll_interval is not None
         idle = FIRST_IDLE_WAIT
         while not state.stop_requested:
-            free = state.settings.concurrency - len(state.inflight)
+            free = state.free_slots()
             if free <= 0:
                 state.wake.clear()
                 await state.wake.wait()

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
 import threading
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from typing import Any, AsyncContextManager, Awaitable, Callable, Iterator, Mapping, Protocol, Sequence
 
 from .. import ops
 from ..types import Fence
@@ -47,6 +48,60 @@ class JobCalls(Protocol):
     async def heartbeat(self, job: InFlight) -> bool: ...
 
     async def extend(self, job: InFlight, budget: timedelta) -> bool: ...
+
+    def transaction(self, job: InFlight) -> AsyncContextManager[AsyncJobTransaction]: ...
+
+
+class AsyncJobTransaction:
+    """``async with ctx.transaction() as tx`` (docs/transactions.md): run
+    statements with ``execute`` and submit follow-up jobs in the
+    transaction; set ``result`` to the job's result. Leaving the block
+    completes the job under its fence in the same transaction and commits
+    only when that completion answered true."""
+
+    def __init__(self, transaction: Any):
+        self._transaction = transaction
+        self.result: Any = None
+        self.backend: str = transaction.backend  # "postgres" or "sqlite": whose placeholders execute takes
+
+    async def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        """Run one statement (psycopg's or sqlite3's placeholders and
+        errors); its rows, none for a statement without."""
+        return await self._transaction.execute(sql, params)
+
+    async def submit(self, queue: str, task: str, payload: Any = None, **options: Any) -> str:
+        """``Client.submit`` inside the transaction: the job exists only if it commits."""
+        return await self._transaction.submit(queue, task, payload, **options)
+
+    async def submit_batch(self, queue: str, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        return await self._transaction.submit_batch(queue, requests)
+
+
+class JobTransaction:
+    """``with ctx.transaction() as tx`` in a thread handler: as
+    ``AsyncJobTransaction``, each call waited for."""
+
+    def __init__(self, block: AsyncJobTransaction, call: Callable[[Awaitable[Any]], Any]):
+        self._block = block
+        self._call = call
+        self.backend = block.backend
+
+    @property
+    def result(self) -> Any:
+        return self._block.result
+
+    @result.setter
+    def result(self, value: Any) -> None:
+        self._block.result = value
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        return self._call(self._block.execute(sql, params))
+
+    def submit(self, queue: str, task: str, payload: Any = None, **options: Any) -> str:
+        return self._call(self._block.submit(queue, task, payload, **options))
+
+    def submit_batch(self, queue: str, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        return self._call(self._block.submit_batch(queue, requests))
 
 
 NO_REPORT = object()  # no progress report waiting (None is a report: it clears the last one)
@@ -180,6 +235,22 @@ class JobContext(_ContextBase):
         one. Renews the lease too. False (and ``lost`` set) when refused."""
         return self._call(self._calls.extend(self._job, _budget(budget)))
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[JobTransaction]:
+        """Your writes, follow-up jobs and this job's completion in one
+        transaction (docs/transactions.md): see ``AsyncJobTransaction``.
+        Leaving raises ``LeaseLost`` or ``JobCancelled`` when the completion
+        was refused (nothing of the block is written)."""
+        opening = self._calls.transaction(self._job)
+        block = self._call(opening.__aenter__())
+        try:
+            yield JobTransaction(block, self._call)
+        except BaseException as error:
+            if not self._call(opening.__aexit__(type(error), error, error.__traceback__)):
+                raise
+        else:
+            self._call(opening.__aexit__(None, None, None))
+
 
 class AsyncJobContext(_ContextBase):
     """What an ``async def`` handler receives. ``cancelled``, ``lost`` and
@@ -208,3 +279,7 @@ class AsyncJobContext(_ContextBase):
     async def extend(self, budget: timedelta | float) -> bool:
         """As ``JobContext.extend``."""
         return await self._calls.extend(self._job, _budget(budget))
+
+    def transaction(self) -> AsyncContextManager[AsyncJobTransaction]:
+        """``async with ctx.transaction() as tx``: as ``JobContext.transaction``."""
+        return self._calls.transaction(self._job)

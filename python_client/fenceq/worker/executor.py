@@ -22,10 +22,11 @@ from ..types import Claim
 from .context import AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable
 from .fenced_writer import FencedWriter, Verdict
 from .heartbeater import Heartbeater
-from .outcome import Cancelled, Completed, Failed, Lost, Outcome
+from .outcome import Cancelled, Committed, Completed, Failed, Lost, Outcome
 from .pool import Pool
 from .settler import Settler
 from .state import InFlight, WorkerState
+from .transaction import Transactions
 
 Handler = Callable[[Any], Any]
 
@@ -60,6 +61,7 @@ class Executor:
         self._writer = writer
         self._heartbeater = heartbeater
         self._settler = settler
+        self._transactions = Transactions(state, pool, writer)
 
     def start(self, claim: Claim, sent: float) -> InFlight:
         """Take a claim made by a call sent at ``sent`` (monotonic) and run it."""
@@ -116,6 +118,7 @@ class Executor:
         if job.abandoned:
             return
         job.settling = True
+        state.wake.set()  # its slot is free for the next claim (WorkerState.free_slots)
         try:
             await self._settler.settle(job, outcome)
         except Exception:  # noqa: BLE001 - a bug must not leak the slot silently
@@ -124,6 +127,15 @@ class Executor:
             state.finish(job)
 
     async def _invoke(self, job: InFlight, handler: Handler) -> Outcome:
+        outcome = await self._outcome(job, handler)
+        if not job.committed:
+            return outcome
+        if not isinstance(outcome, Completed):
+            self._state.events.emit("raised_after_commit", "the handler raised after its transaction "
+                                    "committed: the job stays completed", level=logging.WARNING, **job.fields)
+        return Committed()
+
+    async def _outcome(self, job: InFlight, handler: Handler) -> Outcome:
         events = self._state.events
         events.emit("started", "handler started", level=logging.DEBUG, **job.fields)
         try:
@@ -212,3 +224,6 @@ class Executor:
         if verdict is Verdict.REFUSED:
             state.lose(job, "extend refused: the claim is no longer live")
         return False
+
+    def transaction(self, job: InFlight) -> contextlib.AbstractAsyncContextManager:
+        return self._transactions.open(job)

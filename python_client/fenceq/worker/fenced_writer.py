@@ -76,11 +76,13 @@ class FencedWriter:
         self._pool = pool
 
     async def send(self, job: InFlight | None, what: str, call: Call, *,
-                   abandon_on_hard_stop: bool = False) -> Delivery | None:
+                   abandon_on_hard_stop: bool = False,
+                   on_resend: Callable[[], None] | None = None) -> Delivery | None:
         """Send ``call`` until the database answers; None once it stayed
         unreachable for max(2 × lease, 10 s) (or at once on a stop without
         drain, with ``abandon_on_hard_stop``): the lease then lapses and
-        reap hands the job on."""
+        reap hands the job on. ``on_resend`` is called when the first
+        copy's outcome is unknown, before the first re-send."""
         clock, events = self._state.clock, self._state.events
         fields = job.fields if job is not None else {}
         delay, resent = 0.05, False
@@ -90,6 +92,8 @@ class FencedWriter:
                 async with self._pool.client() as client:
                     return Delivery(await call(client), resent)
             except PersistenceFailed:
+                if not resent and on_resend is not None:
+                    on_resend()
                 resent = True
                 if clock.monotonic() > limit or (abandon_on_hard_stop and self._state.hard_stop):
                     events.emit("write_abandoned", f"{what}: the database stayed unreachable; giving up "
@@ -101,9 +105,11 @@ class FencedWriter:
                 delay = min(delay * 2, 1.0)
 
     async def write(self, job: InFlight, what: str, call: Call, landed: Landed | None = None, *,
-                    abandon_on_hard_stop: bool = False) -> Verdict:
+                    abandon_on_hard_stop: bool = False,
+                    on_resend: Callable[[], None] | None = None) -> Verdict:
         """A fenced write answered yes or no."""
-        delivery = await self.send(job, what, call, abandon_on_hard_stop=abandon_on_hard_stop)
+        delivery = await self.send(job, what, call, abandon_on_hard_stop=abandon_on_hard_stop,
+                                   on_resend=on_resend)
         if delivery is None:
             return Verdict.ABANDONED
         if delivery.value:
@@ -132,12 +138,16 @@ class FencedWriter:
 
     # The fenced writes -----------------------------------------------------------
 
-    async def complete(self, job: InFlight, result: Any) -> Verdict:
-        return await self.write(job, "complete", lambda c: c.complete(job.fence, result), completed_by(job))
+    async def complete(self, job: InFlight, result: Any,
+                       on_resend: Callable[[], None] | None = None) -> Verdict:
+        return await self.write(job, "complete", lambda c: c.complete(job.fence, result), completed_by(job),
+                                on_resend=on_resend)
 
-    async def complete_batch(self, jobs: Sequence[InFlight], results: Sequence[Any]) -> list[Verdict]:
+    async def complete_batch(self, jobs: Sequence[InFlight], results: Sequence[Any],
+                             on_resend: Callable[[], None] | None = None) -> list[Verdict]:
         delivery = await self.send(None, "complete_batch",
-                                   lambda c: c.complete_batch([j.fence for j in jobs], list(results)))
+                                   lambda c: c.complete_batch([j.fence for j in jobs], list(results)),
+                                   on_resend=on_resend)
         if delivery is None:
             return [Verdict.ABANDONED] * len(jobs)
         verdicts = []

@@ -76,7 +76,7 @@ class Heartbeater:
         for job, ok in answers.items():
             if ok:
                 job.renewed(sent, fraction)
-            elif not job.settling:
+            elif not (job.settling or job.completing):
                 write = "progress" if job in reports else "heartbeat"
                 state.lose(job, f"{write} refused: the lease lapsed or the job was taken over")
             else:

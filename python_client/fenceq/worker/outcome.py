@@ -27,4 +27,10 @@ class Lost:
     """The handler raised LeaseLost: the database already refused this claim."""
 
 
-Outcome = Completed | Failed | Cancelled | Lost
+@dataclass(frozen=True)
+class Committed:
+    """The handler's ``ctx.transaction()`` committed: the job was completed
+    in it, with the handler's writes."""
+
+
+Outcome = Completed | Failed | Cancelled | Lost | Committed

@@ -14,17 +14,25 @@ from ..errors import PersistenceFailed
 
 BackendOpener = Callable[[], Awaitable[AsyncBackend]]
 ClientWrapper = Callable[[AsyncClient], Any]
+SwitchListener = Callable[[str, str], None]  # (the server before, the server now)
 
 
 class Pool:
     """A client whose call raised PersistenceFailed is closed and reopened on
     next use (its connection may be gone). ``wrap`` is applied to every
-    client opened (instrumentation, fault injection)."""
+    client opened (instrumentation, fault injection).
 
-    def __init__(self, open_backend: BackendOpener, size: int, wrap: ClientWrapper | None):
+    A URL naming several hosts (``target_session_attrs=read-write``) opens
+    on whichever is primary: ``on_switch`` hears when a client opens on
+    another server than the last one opened (a failover)."""
+
+    def __init__(self, open_backend: BackendOpener, size: int, wrap: ClientWrapper | None,
+                 on_switch: SwitchListener | None = None):
         self._open_backend = open_backend
         self._size = size
         self._wrap = wrap
+        self._on_switch = on_switch
+        self.server: str | None = None  # host:port of the last client opened (PostgreSQL owned connections)
         self._free: asyncio.Queue = asyncio.Queue()
         self._all: list[Any] = []
         self._first: AsyncBackend | None = None
@@ -49,6 +57,11 @@ class Pool:
     async def _new(self) -> Any:
         backend = await self._open_backend()
         self._first = self._first or backend
+        server = getattr(backend, "server", None)
+        if server is not None:
+            if self.server is not None and server != self.server and self._on_switch is not None:
+                self._on_switch(self.server, server)
+            self.server = server
         client: Any = AsyncClient(backend)
         if self._wrap is not None:
             client = self._wrap(client)
@@ -71,6 +84,14 @@ class Pool:
             self.answered_at = time.monotonic()
         finally:
             self._free.put_nowait(client)
+
+    async def spare(self) -> Any:
+        """A client outside the free queue, for one user at a time (a
+        transaction's), closed with the pool or by ``discard``."""
+        return await self._new()
+
+    async def discard(self, client: Any) -> None:
+        await self._discard(client)
 
     async def _discard(self, client: Any) -> None:
         with contextlib.suppress(Exception):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -66,7 +67,7 @@ class Runtime:
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
-        pool = Pool(self._open_backend, self.settings.connections, self._wrap_client)
+        pool = Pool(self._open_backend, self.settings.connections, self._wrap_client, self._server_switched)
         installed: list[signal.Signals] = []
         background: list[asyncio.Task] = []
         state: WorkerState | None = None
@@ -130,9 +131,15 @@ class Runtime:
                 with contextlib.suppress(BaseException):
                     await task
             if self._endpoints is not None:
+                await self._endpoints.close_reader()
                 await asyncio.to_thread(self._endpoints.close)
             await pool.close()
             self._events.emit("worker_stopped", "worker stopped", **self.counts)
+
+    def _server_switched(self, before: str, now: str) -> None:
+        self.counts["server_switches"] += 1
+        self._events.emit("server_switched", "connected to another database server (a failover: the URL's "
+                          "primary moved)", level=logging.WARNING, before=before, now=now)
 
     def _listen_opener(self) -> BackendOpener:
         """LISTEN's connection: the listen_url's when given (a direct one,
@@ -199,6 +206,9 @@ class Worker:
       through PgBouncer; without it such a worker polls (docs/dba.md).
     - ``wrap_client``: a function applied to every client the worker opens
       (instrumentation, fault injection in tests).
+    - ``read_url``: read the metrics' ``queue_stats`` gauges from this
+      PostgreSQL URL (a standby) instead of the worker's; every write and
+      every decision stays on ``url``.
     - ``metrics_port``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on
       this port (0: any free one) of ``metrics_host`` (default 127.0.0.1);
       ``health_window`` (30): ``/healthz`` fails once the database has not
@@ -221,7 +231,7 @@ class Worker:
                  batch_completions: bool = True, cancel_grace: timedelta | float | None = 10.0,
                  record_pid: bool = False, connections: int | None = None,
                  wrap_client: ClientWrapper | None = None, listen_url: str | None = None,
-                 metrics_port: int | None = None,
+                 read_url: str | None = None, metrics_port: int | None = None,
                  metrics_host: str = "127.0.0.1", health_window: timedelta | float = 30.0,
                  stats_interval: timedelta | float = 5.0):
         if not isinstance(app, Registry):
@@ -238,7 +248,7 @@ class Worker:
             reap_interval=reap_interval, purge_after=purge_after,
             purge_submissions_after=purge_submissions_after, purge_interval=purge_interval,
             complete_window=complete_window, batch_completions=batch_completions, cancel_grace=cancel_grace,
-            record_pid=record_pid, connections=connections, listen_url=listen_url,
+            record_pid=record_pid, connections=connections, listen_url=listen_url, read_url=read_url,
             metrics_port=metrics_port,
             metrics_host=metrics_host, health_window=health_window, stats_interval=stats_interval)
         self._runtime = Runtime(app, settings, open_backend=lambda: open_async_backend(self.url),

@@ -59,6 +59,7 @@ class WorkerSettings:
     record_pid: bool
     connections: int
     listen_url: str | None = None
+    read_url: str | None = None    # the metrics' queue_stats are read here (a standby) when given
     # The metrics and health endpoints (docs/observability.md); no port: none.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -70,7 +71,7 @@ class WorkerSettings:
                      poll_interval, control_poll, reap_interval, purge_after, purge_submissions_after,
                      purge_interval, complete_window, batch_completions, cancel_grace, record_pid,
                      connections, listen_url=None, metrics_port=None, metrics_host="127.0.0.1",
-                     health_window=30.0, stats_interval=5.0) -> "WorkerSettings":
+                     health_window=30.0, stats_interval=5.0, read_url=None) -> "WorkerSettings":
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 10_000:
             raise _invalid("concurrency must be an integer from 1 to 10000")
         if not 0 < heartbeat_fraction < 1:
@@ -79,6 +80,8 @@ class WorkerSettings:
             raise _invalid("a worker needs at least one queue")
         if listen_url is not None and backend_of(listen_url) != "postgres":
             raise _invalid("listen_url must be a postgresql:// URL")
+        if read_url is not None and backend_of(read_url) != "postgres":
+            raise _invalid("read_url must be a postgresql:// URL")
         if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
                                          or not 0 <= metrics_port <= 65535):
             raise _invalid("metrics_port must be a port number from 0 to 65535")
@@ -95,6 +98,7 @@ class WorkerSettings:
             complete_window=max(0.0, float(complete_window)), batch_completions=batch_completions,
             cancel_grace=seconds(cancel_grace, "cancel_grace"), record_pid=record_pid,
             connections=connections or max(2, min(concurrency, 8)), listen_url=listen_url or None,
+            read_url=read_url or None,
             metrics_port=metrics_port, metrics_host=metrics_host,
             health_window=seconds(health_window, "health_window") or 30.0,
             stats_interval=seconds(stats_interval, "stats_interval") or 5.0)

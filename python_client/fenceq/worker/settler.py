@@ -10,7 +10,7 @@ import logging
 from ..errors import ConfigError, PersistenceFailed
 from .completer import Completer
 from .fenced_writer import FencedWriter, Verdict
-from .outcome import Cancelled, Completed, Failed, Lost, Outcome
+from .outcome import Cancelled, Committed, Completed, Failed, Lost, Outcome
 from .pool import Pool
 from .state import InFlight, WorkerState
 
@@ -30,6 +30,9 @@ class Settler:
         self._completer = completer
 
     async def settle(self, job: InFlight, outcome: Outcome) -> None:
+        if isinstance(outcome, Committed):
+            self._completed(job, in_transaction=True)
+            return
         if job.cancelled.is_set() and not isinstance(outcome, Lost):
             await self.acknowledge(job)
             return
@@ -55,11 +58,16 @@ class Settler:
             await self._fail(job, f"the handler's result could not be stored: {error}", False)
             return
         if verdict.took_effect:
-            state.counts["completed"] += 1
-            state.events.emit("completed", "job completed", **job.fields,
-                              seconds=round(state.clock.monotonic() - job.started, 3))
+            self._completed(job)
         elif verdict is Verdict.REFUSED:
             await self._refused(job, "complete")
+
+    def _completed(self, job: InFlight, in_transaction: bool = False) -> None:
+        state = self._state
+        state.counts["completed"] += 1
+        state.events.emit("completed", "job completed" + (" with its transaction" if in_transaction else ""),
+                          **job.fields, seconds=round(state.clock.monotonic() - job.started, 3),
+                          in_transaction=in_transaction)
 
     async def _fail(self, job: InFlight, error: str, retry: bool) -> None:
         state = self._state

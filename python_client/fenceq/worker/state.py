@@ -16,23 +16,47 @@ from .events import Events
 from .settings import WorkerSettings
 
 COUNTS = ("claimed", "completed", "failed", "retried", "cancelled", "released", "refused", "lost",
-          "recovered_claims", "reaped")
+          "recovered_claims", "reaped", "server_switches")
 
 
 class Flag:
     """One condition, visible to thread handlers (threading.Event) and to
-    async handlers (asyncio.Event). Set only from the worker's loop."""
+    async handlers (asyncio.Event). Set only from the worker's loop. Each
+    event is made when a handler's context first asks for it (in the
+    loop), so a job pays only for the kind of handler it runs."""
+
+    __slots__ = ("_set", "_thread", "_loop")
 
     def __init__(self) -> None:
-        self.thread = threading.Event()
-        self.loop = asyncio.Event()
+        self._set = False
+        self._thread: threading.Event | None = None
+        self._loop: asyncio.Event | None = None
 
     def set(self) -> None:
-        self.thread.set()
-        self.loop.set()
+        self._set = True
+        if self._thread is not None:
+            self._thread.set()
+        if self._loop is not None:
+            self._loop.set()
 
     def is_set(self) -> bool:
-        return self.thread.is_set()
+        return self._set
+
+    @property
+    def thread(self) -> threading.Event:
+        if self._thread is None:
+            self._thread = threading.Event()
+            if self._set:
+                self._thread.set()
+        return self._thread
+
+    @property
+    def loop(self) -> asyncio.Event:
+        if self._loop is None:
+            self._loop = asyncio.Event()
+            if self._set:
+                self._loop.set()
+        return self._loop
 
 
 @dataclass(eq=False)
@@ -54,6 +78,8 @@ class InFlight:
     task: asyncio.Task | None = None
     settling: bool = False            # the handler is done; the outcome is being written
     abandoned: bool = False           # drain timed out: the job is being released
+    completing: bool = False          # its ctx.transaction() is completing the job (or did)
+    committed: bool = False           # its ctx.transaction() committed: the job is completed
     ctx: Any = None
 
     @property
@@ -102,6 +128,15 @@ class WorkerState:
     @property
     def side_tasks(self) -> list[asyncio.Task]:
         return list(self._side_tasks)
+
+    def free_slots(self) -> int:
+        """How many jobs the claimer may claim now. ``concurrency`` handlers
+        run at once; a job whose handler is done frees its slot while its
+        outcome is written, so the next claim overlaps the last completion,
+        and at most ``concurrency`` such jobs are held besides."""
+        running = sum(1 for job in self.inflight.values() if not job.settling)
+        concurrency = self.settings.concurrency
+        return min(concurrency - running, 2 * concurrency - len(self.inflight))
 
     def finish(self, job: InFlight) -> None:
         """The job leaves this worker: its slot is free."""
