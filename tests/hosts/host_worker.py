@@ -62,7 +62,8 @@ def steps(ctx):
     """``steps`` steps of ``step_seconds`` each, checkpointed one by one (a
     later claim skips the steps already recorded), then ``finish_seconds``
     of work that no checkpoint records, then the result; with
-    ``transaction`` (every other job) that finish runs inside
+    ``transaction`` (every other job of the multi-host run; absent in the
+    failover run's jobs, which finish plainly) that finish runs inside
     ``ctx.transaction()`` and writes one row in ``host_effects``, which
     commits with the result (docs/transactions.md). The
     handler never stops early on its own: a claim that lost its lease keeps
@@ -78,8 +79,9 @@ def steps(ctx):
             effect(ctx, "lost", step=step)
             raise
     result = {"gen": ctx.generation, "owner": ctx.owner_id}
-    effect(ctx, "finish", transaction=ctx.payload["transaction"])
-    if not ctx.payload["transaction"]:
+    in_transaction = ctx.payload.get("transaction", False)
+    effect(ctx, "finish", transaction=in_transaction)
+    if not in_transaction:
         time.sleep(ctx.payload["finish_seconds"])
         return result
     # The finish is an effect in a table of the database's own, in a
