@@ -564,9 +564,8 @@ def count_jobs(url: str) -> int:
         return conn.execute("SELECT count(*) FROM fenceq.jobs").fetchone()[0]
 
 
-def test_model_and_engines_agree(postgresql, tmp_path):
-    from conftest import pg_url, sqlite_database
-    urls = {"postgres": pg_url(postgresql.info.dbname), "sqlite": sqlite_database(tmp_path).url}
+def test_model_and_engines_agree(pg, sqlite_db):
+    urls = {"postgres": pg.url, "sqlite": sqlite_db.url}
     Lockstep.urls = urls
     Lockstep.clients = {e: fenceq.connect(u) for e, u in urls.items()}
     try:
