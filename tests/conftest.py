@@ -90,6 +90,11 @@ class Database:
     def connect(self) -> fenceq.Client:
         return fenceq.connect(self.url)
 
+    def connect_direct(self) -> fenceq.Client:
+        """A client that bypasses PgBouncer (``make test-pgbouncer``): for an
+        observer that must not wait for one of the pool's server connections."""
+        return fenceq.connect(self.url.replace(f":{CLIENT_PG_PORT}/", f":{PG_PORT}/", 1))
+
     async def connect_async(self) -> fenceq.AsyncClient:
         return await fenceq.connect_async(self.url)
 

@@ -70,7 +70,9 @@ def test_frozen_past_its_lease_inside_the_block_writes_nothing(ledger, work_queu
                                                                 spawn_worker):
     db = ledger
     hold = tmp_path / "hold-in"
-    with db.connect() as client:
+    # Direct, not through PgBouncer: while a's frozen transaction and b's
+    # blocked one each pin a server connection, a pool of two has none left.
+    with db.connect_direct() as client:
         job_id = client.submit(work_queue, "transfer", {"trace": str(trace_file), "follow_up": SIDE,
                                                         "hold_in": str(hold)})
         a = spawn_worker("a", "--no-reap", *SHORT)
