@@ -101,12 +101,17 @@ test-hosts: install
 
 # Issue 20 (docs/dba.md, "Running with a standby"): a primary and a streaming
 # standby of their own (scripts/pg-failover-cluster), the primary killed and
-# the standby promoted under a drain; once with an asynchronous standby.
-# Four ports from FAILOVER_PORT.
+# the standby promoted under a drain; once with an asynchronous standby. Then
+# a pg_auto_failover formation (scripts/pg-auto-failover-cluster, Debian's
+# postgresql-15-auto-failover): pg_autoctl perform failover and a killed
+# primary under a drain. Four ports from FAILOVER_PORT, three from
+# AUTO_FAILOVER_PORT (by default the three after those).
 .PHONY: test-failover
 FAILOVER_PORT ?= 54406
+AUTO_FAILOVER_PORT ?= $(shell expr $(FAILOVER_PORT) + 4)
 test-failover: install
-	FENCEQ_TEST_FAILOVER=1 FENCEQ_FAILOVER_PG_PORT=$(FAILOVER_PORT) $(BIN)/pytest -q -s -rs -p no:cacheprovider tests/failover
+	FENCEQ_TEST_FAILOVER=1 FENCEQ_FAILOVER_PG_PORT=$(FAILOVER_PORT) FENCEQ_AUTO_FAILOVER_PG_PORT=$(AUTO_FAILOVER_PORT) \
+		$(BIN)/pytest -q -s -rs -p no:cacheprovider tests/failover
 
 # Issue 13 §4: every public function on both engines, >= FUZZ_CALLS generated
 # calls each, on two worker processes; writes tests/fuzz/fuzz-counts.json and

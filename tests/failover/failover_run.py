@@ -16,6 +16,8 @@ schedule occurrence.
 
 With ``--sync off`` the standby is asynchronous: what that loses is counted
 and reported, not failed (docs/dba.md, "Running with a standby").
+``auto_failover_run.py`` runs the same drain and audit on a pg_auto_failover
+formation.
 
     .venv/bin/python tests/failover/failover_run.py [--sync on|off] [--failovers 3 --jobs 3000 ...]
 """
@@ -79,18 +81,33 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = PATIENCE,
         time.sleep(interval)
 
 
-class Cluster:
-    """``scripts/pg-failover-cluster`` on two ports of its own."""
+class ClusterScript:
+    """A cluster's script run with its options: each command's last line of
+    output, or RunFailed with its error."""
 
-    def __init__(self, port: int, sync: str):
-        self.argv = [str(CLUSTER), "--port", str(port), "--sync", sync]
-        self.url = self._run("url")
+    def __init__(self, *argv: str):
+        self.argv = list(argv)
 
     def _run(self, *command: str) -> str:
         done = subprocess.run(self.argv + list(command), capture_output=True, text=True)
         if done.returncode != 0:
-            raise RunFailed(f"pg-failover-cluster {' '.join(command)}: {done.stderr.strip()}")
+            raise RunFailed(f"{Path(self.argv[0]).name} {' '.join(command)}: {done.stderr.strip()}")
         return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+    def stop(self) -> None:
+        self._run("stop")
+
+    def primary_url(self) -> str:
+        """The URL of the node that is primary now, alone."""
+        return f"postgresql://postgres@127.0.0.1:{self._run('primary')}/postgres"
+
+
+class Cluster(ClusterScript):
+    """``scripts/pg-failover-cluster`` on two ports of its own."""
+
+    def __init__(self, port: int, sync: str):
+        super().__init__(str(CLUSTER), "--port", str(port), "--sync", sync)
+        self.url = self._run("url")
 
     def start(self) -> None:
         self._run("start")
@@ -104,13 +121,9 @@ class Cluster:
     def rebuild(self) -> str:
         return self._run("rebuild")
 
-    def stop(self) -> None:
-        self._run("stop")
-
     def standby(self) -> str:
         """The port of the node that is a standby now."""
         return self._run("standby")
-
 
 
 class Reader:
@@ -231,15 +244,21 @@ class WorkerProcess:
 
 
 class Run:
+    # The ways a failover comes about, in turn (_switch).
+    KINDS: tuple[str, ...] = ("immediate", "sigkill")
+
     def __init__(self, options: argparse.Namespace):
         self.options = options
         self.directory = Path(options.dir)
-        self.cluster = Cluster(options.port, options.sync)
+        self.cluster = self._cluster()
         self.reader = Reader(self.cluster.url)
         self.workers = [WorkerProcess(f"w{i}", self.directory) for i in range(1, options.workers + 1)]
         self.producer = Producer(self.cluster.url, options.jobs,
                                  2 * options.workers * options.concurrency, Reader(self.cluster.url))
         self.failovers: list[dict] = []
+
+    def _cluster(self) -> Any:
+        return Cluster(self.options.port, self.options.sync)
 
     def run(self) -> dict:
         started = time.monotonic()
@@ -254,10 +273,10 @@ class Run:
         tranche = self.options.jobs // (self.options.failovers + 1)
         self.producer.allowed = tranche
         self.producer.thread.start()
-        modes = ("immediate", "sigkill")
         for number in range(self.options.failovers):
             # Counted from now: an asynchronous standby's failover may have lost completions.
-            self._failover(modes[number % 2], self._completed() + random.uniform(0.3, 0.8) * tranche)
+            self._failover(self.KINDS[number % len(self.KINDS)],
+                           self._completed() + random.uniform(0.3, 0.8) * tranche)
             self.producer.allowed = (number + 2) * tranche
         self.producer.allowed = self.options.jobs
         wait_for(lambda: not self.producer.thread.is_alive() and self._settled() and self._ticked(),
@@ -268,7 +287,7 @@ class Run:
 
     def _install(self) -> None:
         # fenceq migrate (yoyo) takes one host: the primary's
-        primary = f"postgresql://postgres@127.0.0.1:{self.options.port}/postgres"
+        primary = self.cluster.primary_url()
         subprocess.run([str(Path(sys.executable).parent / "fenceq"), "migrate", "--url", primary],
                        check=True, stdout=subprocess.DEVNULL)
         with fenceq.connect(self.cluster.url) as client:
@@ -309,17 +328,27 @@ class Run:
         killed_at = time.time()
         if sender is not None:
             os.kill(sender, signal.SIGKILL)   # what it had not sent dies with the primary
+        switched = self._switch(mode, primary)
+        promoted_at, rebuilt_at = switched.pop("promoted_at"), switched.pop("rebuilt_at")
+        self.failovers.append({"mode": mode, **switched, "killed_at": killed_at,
+                               "claimed_when_killed": claimed, "standby_behind_bytes": int(behind),
+                               "promote_seconds": round(promoted_at - killed_at, 2),
+                               "standby_rebuilt_seconds": round(rebuilt_at - killed_at, 2)})
+        log(f"failover {len(self.failovers)} ({mode}): {switched['old_primary']} down with {claimed} jobs claimed, "
+            f"{switched['new_primary']} promoted after {promoted_at - killed_at:.2f}s, "
+            f"new standby after {rebuilt_at - killed_at:.2f}s")
+
+    def _switch(self, mode: str, primary: int) -> dict:
+        """Kill the primary (``mode``), promote the standby, make a new
+        standby from it. ``dead_at``: from then on the old primary accepted
+        nothing."""
         old = self.cluster.kill(mode, primary)
         dead_at = time.time()
         new = self.cluster.promote()
         promoted_at = time.time()
         self.cluster.rebuild()
-        rebuilt_at = time.time()
-        self.failovers.append({"mode": mode, "old_primary": old, "new_primary": new, "killed_at": killed_at, "dead_at": dead_at,
-                               "claimed_when_killed": claimed, "standby_behind_bytes": int(behind), "promote_seconds": round(promoted_at - killed_at, 2),
-                               "standby_rebuilt_seconds": round(rebuilt_at - killed_at, 2)})
-        log(f"failover {len(self.failovers)}: {mode} kill of {old} with {claimed} jobs claimed, {new} promoted "
-            f"after {promoted_at - killed_at:.2f}s, new standby after {rebuilt_at - killed_at:.2f}s")
+        return {"old_primary": old, "new_primary": new, "dead_at": dead_at, "promoted_at": promoted_at,
+                "rebuilt_at": time.time()}
 
     def _stall_replication(self) -> int | None:
         """With ``--stall``: stop the primary's WAL sender (SIGSTOP, by its
@@ -475,9 +504,12 @@ def markdown(summary: dict) -> str:
     return "| | |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in rows)
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="failover_run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=BASE_PORT, help="the primary's port (the standby's is one up)")
+def parse(argv: list[str] | None, prog: str = "failover_run", description: str = __doc__,
+          **defaults: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=description.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=BASE_PORT,
+                        help="the first port: the primary's, the standby's one up (auto_failover_run: the "
+                        "monitor's, the data nodes' the two after)")
     parser.add_argument("--sync", choices=("on", "off"), default="on")
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=3000, help="jobs the producer submits (schedules add theirs)")
@@ -489,12 +521,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "what a lagging asynchronous standby loses)")
     parser.add_argument("--dir", default="/tmp/fenceq-failover-run", help="the journals")
     parser.add_argument("--summary", help="also write the summary (JSON) here")
+    parser.set_defaults(**defaults)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
-    run = Run(options)
+    return execute(Run(options), options)
+
+
+def execute(run: Run, options: argparse.Namespace) -> int:
+    """Run, print and keep the summary, clean up; 0 when it passed."""
 
     def interrupted(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

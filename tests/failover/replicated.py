@@ -6,7 +6,8 @@ shadow tests/conftest.py for the tests that import from it.
 
 ``FENCEQ_FAILOVER_PG_PORT`` is the first of the four ports these tests use:
 the run's cluster on it and the next, the small tests' cluster on the two
-after."""
+after. The pg_auto_failover run takes three more from
+``FENCEQ_AUTO_FAILOVER_PG_PORT`` (default: the three after those)."""
 
 from __future__ import annotations
 
