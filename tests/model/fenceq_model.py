@@ -193,12 +193,9 @@ class Model:
         if deps and depth > MAX_DEPENDENCY_DEPTH:
             raise Refused("QF100")
         # A job stored cancelled (a dependency failed already) holds no key:
-        # it neither waits for the key's holder nor replaces it.
-        # Finding M1 (reported, not intended): the engines judge the
-        # dependencies before a forced replacement cancels the key's holder,
-        # so a job forced over its own dependency waits on it for ever
-        # instead of being cancelled (§16). The model follows the engines
-        # while the SQL is not fixed.
+        # it neither waits for the key's holder nor replaces it. A job forced
+        # over its own dependency (the key's holder, cancelled by the force)
+        # is stored cancelled too (§16; finding M1, fixed in version 5).
         failed_before = [d.status in ("failed", "cancelled", "expired") for d in deps]
         waiting_before = {d.handle for d in deps if d.status != "completed"}
         holder = None if any(failed_before) else self.active_holder(request.queue, request.active_key)
@@ -206,6 +203,7 @@ class Model:
             raise Refused("QF202")
         if holder is not None:
             self._cancel_now(holder, None, now)
+            failed_before.append(holder.handle in {d.handle for d in deps})
         queue = self.queues[request.queue]
         asked = (request.run_at, 0) if request.run_at is not None else now
         job = Job(handle=len(self.jobs), request=request, queue=request.queue, task=request.task,

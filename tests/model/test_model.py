@@ -49,17 +49,8 @@ SHRINK = os.environ.get("FENCEQ_MODEL_SHRINK", "1") == "1"
 
 # Disagreements found by this test and reported (docs/fuzzing.md, "The model
 # in lockstep"), not intended: the comparison steps around them until the SQL
-# is fixed. M1 is in the model (fenceq_model.Model.submit).
-KNOWN_FINDINGS = {
-    # A job stored cancelled by its submit (a dependency had failed) while
-    # another dependency is still pending: fenceq.jobs.blocked_by is 0 on
-    # PostgreSQL, 1 on SQLite.
-    "M2",
-    # After M1 stranded a job below a cancelled one, cancel() of the
-    # cancelled job (answer 'cancelled') cancels the stranded job again on
-    # SQLite (dependency_failed), not on PostgreSQL.
-    "M3",
-}
+# is fixed. M1, M2 and M3 are fixed (version 5; tests/model/test_model_findings.py).
+KNOWN_FINDINGS: set[str] = set()
 
 LONG = timedelta(hours=1)
 SHORT = timedelta(milliseconds=30)
