@@ -106,3 +106,21 @@ def test_an_empty_claim_and_next_due_read_one_probe_past_jobs_due_later(pg):
     assert pending and due_later, plans
     # 5,000 index entries span dozens of leaf pages; a probe reads the root and a leaf or two.
     assert max(pending + due_later) <= 4, plans
+
+
+def test_a_claim_passes_over_a_due_job_another_claim_is_moving(pg):
+    """Two claims of a job that fell due while waiting apart: the first
+    moves and claims it in an open transaction; the second meets the row it
+    holds and passes over it without waiting (under a lock timeout, a wait
+    would raise 55P03), then claims it once the first rolls back."""
+    with pg.connect() as client:
+        client.create_queue("q")
+        job = client.submit("q", "t", run_at=datetime.now(timezone.utc) + timedelta(milliseconds=200))
+        wait_for_db_clock(pg, client.get_job(job).run_at)
+    claim = "SELECT job_id FROM fenceq.claim_next('{q}', %s, %s)"
+    with psycopg.connect(pg.url) as first, psycopg.connect(pg.url, autocommit=True) as second:
+        assert first.execute(claim, ("w1", fenceq.new_claim_token())).fetchall() == [(job,)]
+        second.execute("SET lock_timeout = '5s'")
+        assert second.execute(claim, ("w2", fenceq.new_claim_token())).fetchall() == []
+        first.rollback()
+        assert second.execute(claim, ("w2", fenceq.new_claim_token())).fetchall() == [(job,)]

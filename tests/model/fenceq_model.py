@@ -333,7 +333,7 @@ class Model:
         return True
 
     def reap(self, now: tuple) -> tuple[int, int, int, int]:
-        requeued = failed = cancelled = expired = 0
+        requeued = failed = cancelled = 0
         for job in list(self.live_jobs()):
             if job.status == "claimed" and job.short_lease:
                 if job.cancel_requested:
@@ -347,11 +347,15 @@ class Model:
                     job.last_error = "lease_expired"
                     self._fail_for_good(job, now)
                     failed += 1
-        for job in list(self.live_jobs()):
-            if job.status == "pending" and job.expires_past:
-                self._finish(job, "expired", now)
-                expired += 1
-        return requeued, failed, cancelled, expired
+        # Every overdue pending job expires at once (one statement), and only
+        # then are their dependents cancelled: an overdue job that depends on
+        # another overdue one expires too, rather than being cancelled.
+        overdue = [job for job in self.live_jobs() if job.status == "pending" and job.expires_past]
+        for job in overdue:
+            job.status = "expired"
+        for job in overdue:
+            self._finish(job, "expired", now)
+        return requeued, failed, cancelled, len(overdue)
 
     # Operators -------------------------------------------------------------
     def cancel(self, handle: int, force: bool, now: tuple) -> str | None:
@@ -475,26 +479,11 @@ class Model:
         if status != "completed":
             self._cascade(job, now)
 
-    def stranded_below(self, job: Job) -> bool:
-        """Whether a job not terminal depends, transitively, on this one
-        (M1 leaves such jobs below a cancelled one)."""
-        seen, below = {job.handle}, [job.handle]
-        while below:
-            handle = below.pop()
-            for dependent in self.live_jobs():
-                if handle in dependent.depends_on and dependent.handle not in seen:
-                    if not dependent.terminal:
-                        return True
-                    seen.add(dependent.handle)
-                    below.append(dependent.handle)
-        return False
-
     def _cascade(self, job: Job, now: tuple) -> None:
         """§16: every job that depends on a job that did not complete,
         transitively, is cancelled with last_error dependency_failed. The
         engines walk the whole graph below the job, through dependents that
-        are terminal already, so a job stranded by finding M1 further down
-        is cancelled too."""
+        are terminal already."""
         seen, below = {job.handle}, [job.handle]
         while below:
             handle = below.pop()
