@@ -76,11 +76,8 @@ CREATE TABLE IF NOT EXISTS fenceq._jobs (
     CONSTRAINT _jobs_generation_check CHECK (generation >= 0)
 ) WITH (fillfactor = 80);
 
--- Claim path: one ordered scan per queue (docs/guarantees.md §11: a single index over
--- queue = ANY(...) cannot serve ORDER BY, so claims merge per-queue heads).
-CREATE INDEX IF NOT EXISTS _jobs_claim_idx
-    ON fenceq._jobs (queue, priority DESC, run_at, seq)
-    WHERE status = 'pending';
+-- The claim's index is part 1c's (016): since version 5 it holds only the
+-- pending jobs that are not waiting apart for their run_at.
 -- Claimed jobs: reap scans them (few: one per working worker) and
 -- queue_stats counts them without touching terminal history.
 CREATE INDEX IF NOT EXISTS _jobs_claimed_idx

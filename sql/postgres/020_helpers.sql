@@ -406,6 +406,30 @@ RETURN encode(set_bit(set_bit(
 COMMENT ON FUNCTION fenceq._new_job_id() IS
     'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
 
+-- _new_job_ids: n new job ids for one submit_batch, made set-wise (version
+-- 5): version 7 UUIDs that share one clock reading (48 bits of Unix
+-- milliseconds) and 26 random bits, and end in a 48-bit counter that starts
+-- at a random 44-bit value (RFC 9562's fixed-length counter method), so
+-- they sort in batch order. One random UUID per batch instead of one per
+-- job: _new_job_id per row cost 3.5 ms of a 13.9 ms batch of 1,000.
+-- Ids of two batches in the same millisecond differ unless 70 random bits
+-- agree; a collision is refused like any taken id (QF203).
+CREATE OR REPLACE FUNCTION fenceq._new_job_ids(n integer)
+RETURNS text[]
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+RETURN (SELECT coalesce(array_agg(b.prefix || lpad(to_hex(b.start + g.i), 12, '0') ORDER BY g.i), '{}')
+          FROM (SELECT overlay(lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+                               PLACING '-' FROM 9 FOR 0)
+                       || '-7' || substring(r.uuid FROM 16 FOR 9) AS prefix,
+                       ('x' || substring(r.uuid FROM 26 FOR 11))::bit(44)::bigint AS start
+                  FROM (SELECT gen_random_uuid()::text AS uuid) AS r) AS b,
+               generate_series(1, n) AS g(i));
+COMMENT ON FUNCTION fenceq._new_job_ids(integer) IS
+    'Private. n new job ids for one batch: version 7 UUIDs as text sharing a clock reading, in batch order.';
+
 -- _is_plain_time: whether a timestamp needs no closer look: NULL, or within
 -- years 0001-9999 UTC (infinity is not). _check_time names what is wrong.
 -- Inlined, as _is_plain_duration is.

@@ -131,7 +131,7 @@ BEGIN
     LOOP
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
             run_at, expires_at, submission_id, fingerprint, active_key, created_at, concurrency_key,
-            blocked_by, blocked_run_at, last_error, finished_at)
+            blocked_by, blocked_run_at, last_error, finished_at, scheduled)
         VALUES (v_job_id, _submit.queue, _submit.task, v_payload, coalesce(_submit.priority, 0),
             CASE WHEN v_dependency_failed THEN 'cancelled' ELSE 'pending' END,
             coalesce(_submit.max_attempts, v_queue.max_attempts),
@@ -140,7 +140,9 @@ BEGIN
             CASE WHEN v_dependency_failed THEN NULL ELSE _submit.active_key END, v_now, _submit.concurrency_key,
             nullif(v_blocked_by, 0), CASE WHEN v_blocked_by > 0 THEN v_run_at END,
             CASE WHEN v_dependency_failed THEN 'dependency_failed' END,
-            CASE WHEN v_dependency_failed THEN v_now END)
+            CASE WHEN v_dependency_failed THEN v_now END,
+            -- Waits apart (part 1c) while blocked or due later.
+            NOT coalesce(v_dependency_failed, false) AND (coalesce(v_blocked_by, 0) > 0 OR v_run_at > v_now))
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
 
@@ -165,6 +167,12 @@ BEGIN
         PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
         PERFORM fenceq._notify_done(ARRAY[v_holder]);
+        IF v_holder = ANY (v_depends_on) THEN
+            -- Forced over its own dependency, which is cancelled now: the
+            -- job is stored cancelled too (§16), not left waiting for ever.
+            v_blocked_by := 0;
+            v_dependency_failed := true;
+        END IF;
     END LOOP;
 
     IF v_depends_on IS NOT NULL THEN
@@ -264,10 +272,11 @@ BEGIN
         RETURNING s.job_id),
     inserted AS (
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key)
+            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key, scheduled)
         SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
                coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
-               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key,
+               coalesce(submit.run_at > q.now, false)  -- due later: waits apart (part 1c)
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
@@ -477,8 +486,7 @@ BEGIN
                     'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
         v_now := clock_timestamp();
-        v_ids := ARRAY(SELECT fenceq._new_job_id()
-                         FROM generate_series(1, jsonb_array_length(submit_batch.requests)));
+        v_ids := fenceq._new_job_ids(jsonb_array_length(submit_batch.requests));
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
                                        run_at, created_at)
         SELECT v_ids[r.ordinality], submit_batch.queue, r.value ->> 'task',
@@ -506,6 +514,7 @@ BEGIN
                 AND fenceq._is_plain_json_int(r.value -> 'max_attempts', 1)
                 AND fenceq._is_plain_json(r.value -> 'payload'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        v_new_ids := fenceq._new_job_ids(jsonb_array_length(submit_batch.requests));
         SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
                array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
                array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
@@ -531,7 +540,7 @@ BEGIN
                        r.value ->> 'submission_id' AS submission_id,
                        (r.value ->> 'priority')::numeric::integer AS priority,
                        (r.value ->> 'max_attempts')::numeric::integer AS max_attempts,
-                       fenceq._new_job_id() AS new_id
+                       v_new_ids[r.ordinality] AS new_id
                   FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r) AS e;
         IF v_tasks IS NULL THEN
             RETURN '{}';

@@ -232,7 +232,9 @@ BEGIN
                 UPDATE fenceq._jobs AS j
                    SET blocked_by = nullif(j.blocked_by - c.n, 0),
                        run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
-                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
+                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END,
+                       -- Freed: ready when due now, else still waiting apart (part 1c).
+                       scheduled = j.blocked_by > c.n OR coalesce(j.blocked_run_at > v_now, false)
                   FROM counted AS c
                  WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
                 RETURNING j.queue, j.blocked_by IS NULL AS free)

@@ -83,6 +83,44 @@ $$;
 COMMENT ON FUNCTION fenceq._checkpoints_of(text) IS
     'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
 
+-- _move_due: move a queue's jobs that have fallen due by `now` from the
+-- later set to the ready set (part 1c), at most 1,000 per call, earliest
+-- first, so that the claim that calls it finds them in its index. Every
+-- claim calls it for each queue it reads, before it picks: a job becomes
+-- claimable by the first claim after its run_at, as in version 4 (where
+-- the claim read past every job due later instead). When more than 1,000
+-- fell due at once, the rest move on the next claims, so for that moment
+-- the claim order among them is due time first, then priority.
+-- Locking: FOR UPDATE SKIP LOCKED on the rows it moves: a row another
+-- claimer is moving, or a canceller holds, is left to it. Returns how many
+-- jobs moved (0 costs one probe of _jobs_later_idx).
+CREATE OR REPLACE FUNCTION fenceq._move_due(queue text, now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_moved integer;
+BEGIN
+    UPDATE fenceq._jobs AS j
+       SET scheduled = false
+      FROM (SELECT l.job_id FROM fenceq._jobs AS l
+             WHERE l.queue = _move_due.queue AND l.status = 'pending' AND l.scheduled
+               AND l.run_at <= _move_due.now
+             ORDER BY l.run_at
+             LIMIT 1000
+               FOR UPDATE SKIP LOCKED) AS d
+     WHERE j.job_id = d.job_id;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_moved;
+END
+$$;
+COMMENT ON FUNCTION fenceq._move_due(text, timestamptz) IS
+    'Private. Move up to 1,000 of a queue''s jobs that fell due from the later set to the ready set; returns how many.';
+
 -- claim_next: claim the next eligible job across queues.
 -- Locking: SKIP LOCKED on job rows only; callers never block each other.
 -- Not idempotent by design: each call needs a fresh claim_token (QF301 for a
@@ -123,6 +161,11 @@ BEGIN
     END IF;
 
     v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
+    IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                WHERE l.queue = claim_next.queues[1] AND l.status = 'pending' AND l.scheduled
+                  AND l.run_at <= v_now) THEN
+        PERFORM fenceq._move_due(claim_next.queues[1], v_now);
+    END IF;
     WITH queue AS MATERIALIZED (
         -- A queue with limits takes claim_batch's path (the limits' lock).
         SELECT q.lease FROM fenceq._queues AS q
@@ -134,7 +177,8 @@ BEGIN
         SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
             SELECT j.job_id, j.generation
               FROM fenceq._jobs AS j
-             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
+             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND NOT j.scheduled
+               AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
                AND EXISTS (SELECT 1 FROM queue)
              ORDER BY j.priority DESC, j.run_at, j.seq
@@ -256,10 +300,11 @@ BEGIN
     IF v_allowed <= 0 THEN
         RETURN NULL;
     END IF;
+    PERFORM fenceq._move_due(v_queue.queue, v_now);
     IF v_queue.max_claimed_per_key IS NULL THEN
         RETURN ARRAY(
             SELECT j.job_id FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
              ORDER BY j.priority DESC, j.run_at, j.seq
              LIMIT v_allowed
@@ -273,7 +318,7 @@ BEGIN
          GROUP BY j.concurrency_key HAVING count(*) >= v_queue.max_claimed_per_key);
     WHILE cardinality(v_taken) < v_allowed LOOP
         SELECT * INTO v_job FROM fenceq._jobs AS j
-         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled AND j.run_at <= v_now
            AND (j.expires_at IS NULL OR j.expires_at > v_now)
            AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_full))
            AND j.job_id <> ALL (v_taken)
@@ -379,13 +424,18 @@ BEGIN
             v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
                                     WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
         ELSIF NOT v_queue.paused THEN
+            IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                        WHERE l.queue = v_queue.queue AND l.status = 'pending' AND l.scheduled
+                          AND l.run_at <= v_now) THEN
+                PERFORM fenceq._move_due(v_queue.queue, v_now);
+            END IF;
             SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
               INTO v_picked, v_exhausted FROM (
                 SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
                     SELECT j.job_id, j.generation
                       FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
-                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                       AND j.run_at <= v_now AND (j.expires_at IS NULL OR j.expires_at > v_now)
                      ORDER BY j.priority DESC, j.run_at, j.seq
                      LIMIT v_count
                        FOR UPDATE SKIP LOCKED) AS j) AS p;
@@ -407,6 +457,9 @@ BEGIN
             v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
                                  FROM unnest(v_limited) AS l(name));
         END IF;
+        PERFORM fenceq._move_due(a.name, v_now) FROM unnest(v_active) AS a(name)
+          WHERE EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                         WHERE l.queue = a.name AND l.status = 'pending' AND l.scheduled AND l.run_at <= v_now);
         IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
@@ -418,7 +471,8 @@ BEGIN
                      CROSS JOIN LATERAL (
                         SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
                           FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                         WHERE j.queue = a.name AND j.status = 'pending' AND NOT j.scheduled
+                           AND j.run_at <= $3
                            AND (j.expires_at IS NULL OR j.expires_at > $3)
                          ORDER BY j.priority DESC, j.run_at, j.seq
                          LIMIT $2
@@ -859,7 +913,8 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'pending', run_at = v_run_at, last_error = v_error,
                owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
-               budget_expires_at = NULL, pid = NULL
+               budget_expires_at = NULL, pid = NULL,
+               scheduled = v_run_at > _retry_or_fail.now  -- in back-off: waits apart (part 1c)
          WHERE j.job_id = (_retry_or_fail.job).job_id;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
@@ -951,7 +1006,8 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
            owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
-           budget_expires_at = NULL, pid = NULL
+           budget_expires_at = NULL, pid = NULL,
+           scheduled = v_run_at > v_now  -- released for later: waits apart (part 1c)
      WHERE j.job_id = release.job_id;
     PERFORM fenceq._notify_jobs(v_job.queue);  -- due now or later: idle workers re-read next_due
     RETURN true;

@@ -9,15 +9,14 @@
 -- QF100 for an empty array, QF102 for a malformed name, QF101 for an
 -- undeclared queue. Read-only, no locks.
 --
--- The claim index orders each queue by priority first, so the earliest
--- run_at is not its first entry: it is the first entry of each priority's
--- stretch of it. Per queue, the levels are walked from the highest down,
--- one index probe each (a loose index scan), and below the 32nd level the
--- rest of the queue is read in one range scan: many distinct priorities
--- cost at most a scan of the queue's pending jobs (an empty claim on such a
--- queue reads all their index entries too). No index is added for this: an
--- index on (queue, run_at) would cost every submission and every retry a
--- write (docs/guarantees.md §13 has the figures).
+-- Per queue, the earliest of two heads (part 1c). The jobs due later wait
+-- apart by due time: their head is one probe of _jobs_later_idx. The ready
+-- jobs (due, not yet claimed) are ordered by priority first, so their
+-- earliest run_at is the first entry of each priority's stretch of the
+-- claim index: the levels are walked from the highest down, one probe each
+-- (a loose index scan), and below the 32nd level the rest is read in one
+-- range scan. An idle worker, the one that asks, finds the ready set empty:
+-- one probe.
 CREATE OR REPLACE FUNCTION fenceq.next_due(queues text[])
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -49,11 +48,11 @@ BEGIN
         -- the earliest due job of each level.
         WITH RECURSIVE levels(priority, depth) AS (
             (SELECT j.priority, 1 FROM fenceq._jobs AS j
-              WHERE j.queue = v_queue AND j.status = 'pending'
+              WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled
               ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < l.priority
+                     WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled AND j.priority < l.priority
                      ORDER BY j.priority DESC LIMIT 1), l.depth + 1
               FROM levels AS l
              WHERE l.priority IS NOT NULL AND l.depth < 32)
@@ -62,7 +61,7 @@ BEGIN
           FROM levels AS l
           LEFT JOIN LATERAL (
             SELECT j.run_at FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority = l.priority
+             WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled AND j.priority = l.priority
                AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
              ORDER BY j.run_at LIMIT 1) AS d ON true
          WHERE l.priority IS NOT NULL;
@@ -70,9 +69,15 @@ BEGIN
             -- Levels below the 32nd: the rest of the queue in one range scan.
             SELECT least(v_queue_due, min(j.run_at)) INTO v_queue_due
               FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < v_floor
+             WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled AND j.priority < v_floor
                AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now);
         END IF;
+        -- The head of the jobs due later (a run_at of 'infinity' never counts).
+        v_queue_due := least(v_queue_due, (
+            SELECT j.run_at FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.scheduled
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.run_at LIMIT 1));
         v_due := least(v_due, v_queue_due);  -- least() skips NULLs
     END LOOP;
     RETURN v_due;

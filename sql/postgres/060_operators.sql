@@ -272,7 +272,8 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'pending', attempts = 0, run_at = v_now, finished_at = NULL,
            owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
-           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL
+           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL,
+           scheduled = false  -- due now: ready (part 1c)
      WHERE j.job_id = v_letter.job_id AND j.status = 'failed';
     IF NOT FOUND THEN
         RETURN NULL;
@@ -317,7 +318,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '4';
+    RETURN '5';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

@@ -99,6 +99,7 @@ CREATE TABLE fenceq._jobs (
     blocked_run_at timestamp with time zone,
     progress jsonb,
     progress_at timestamp with time zone,
+    scheduled boolean DEFAULT false NOT NULL,
     CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
     CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
     CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
@@ -1097,6 +1098,33 @@ ALTER FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, 
 
 COMMENT ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) IS 'Private. Lock a job row, then judge the fence on a clock read after the lock: the row when live, else NULLs.';
 
+CREATE FUNCTION fenceq._move_due(queue text, now timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_moved integer;
+BEGIN
+    UPDATE fenceq._jobs AS j
+       SET scheduled = false
+      FROM (SELECT l.job_id FROM fenceq._jobs AS l
+             WHERE l.queue = _move_due.queue AND l.status = 'pending' AND l.scheduled
+               AND l.run_at <= _move_due.now
+             ORDER BY l.run_at
+             LIMIT 1000
+               FOR UPDATE SKIP LOCKED) AS d
+     WHERE j.job_id = d.job_id;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_moved;
+END
+$$;
+
+ALTER FUNCTION fenceq._move_due(queue text, now timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._move_due(queue text, now timestamp with time zone) IS 'Private. Move up to 1,000 of a queue''s jobs that fell due from the later set to the ready set; returns how many.';
+
 CREATE FUNCTION fenceq._new_job_id() RETURNS text
     LANGUAGE sql
     RETURN ((encode(set_bit(set_bit(OVERLAY(uuid_send(gen_random_uuid()) PLACING SUBSTRING(int8send(((EXTRACT(epoch FROM clock_timestamp()) * (1000)::numeric))::bigint) FROM 3) FROM 1 FOR 6), (52)::bigint, 1), (53)::bigint, 1), 'hex'::text))::uuid)::text;
@@ -1104,6 +1132,15 @@ CREATE FUNCTION fenceq._new_job_id() RETURNS text
 ALTER FUNCTION fenceq._new_job_id() OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._new_job_id() IS 'Private, inlined. A new job id: a time-ordered version 7 UUID as text.';
+
+CREATE FUNCTION fenceq._new_job_ids(n integer) RETURNS text[]
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    RETURN (SELECT COALESCE(array_agg((b.prefix || lpad(to_hex((b.start + g.i)), 12, '0'::text)) ORDER BY g.i), '{}'::text[]) AS "coalesce" FROM (SELECT ((OVERLAY(lpad(to_hex(((EXTRACT(epoch FROM clock_timestamp()) * (1000)::numeric))::bigint), 12, '0'::text) PLACING '-'::text FROM 9 FOR 0) || '-7'::text) || SUBSTRING(r.uuid FROM 16 FOR 9)) AS prefix, ((('x'::text || SUBSTRING(r.uuid FROM 26 FOR 11)))::bit(44))::bigint AS start FROM (SELECT (gen_random_uuid())::text AS uuid) r) b, generate_series(1, _new_job_ids.n) g(i));
+
+ALTER FUNCTION fenceq._new_job_ids(n integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._new_job_ids(n integer) IS 'Private. n new job ids for one batch: version 7 UUIDs as text sharing a clock reading, in batch order.';
 
 CREATE FUNCTION fenceq._notify_done(job_ids text[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1165,10 +1202,11 @@ BEGIN
     IF v_allowed <= 0 THEN
         RETURN NULL;
     END IF;
+    PERFORM fenceq._move_due(v_queue.queue, v_now);
     IF v_queue.max_claimed_per_key IS NULL THEN
         RETURN ARRAY(
             SELECT j.job_id FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+             WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
              ORDER BY j.priority DESC, j.run_at, j.seq
              LIMIT v_allowed
@@ -1182,7 +1220,7 @@ BEGIN
          GROUP BY j.concurrency_key HAVING count(*) >= v_queue.max_claimed_per_key);
     WHILE cardinality(v_taken) < v_allowed LOOP
         SELECT * INTO v_job FROM fenceq._jobs AS j
-         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled AND j.run_at <= v_now
            AND (j.expires_at IS NULL OR j.expires_at > v_now)
            AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_full))
            AND j.job_id <> ALL (v_taken)
@@ -1246,7 +1284,8 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'pending', run_at = v_run_at, last_error = v_error,
                owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
-               budget_expires_at = NULL, pid = NULL
+               budget_expires_at = NULL, pid = NULL,
+               scheduled = v_run_at > _retry_or_fail.now  -- in back-off: waits apart (part 1c)
          WHERE j.job_id = (_retry_or_fail.job).job_id;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
@@ -1349,7 +1388,9 @@ BEGIN
                 UPDATE fenceq._jobs AS j
                    SET blocked_by = nullif(j.blocked_by - c.n, 0),
                        run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
-                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END
+                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END,
+                       -- Freed: ready when due now, else still waiting apart (part 1c).
+                       scheduled = j.blocked_by > c.n OR coalesce(j.blocked_run_at > v_now, false)
                   FROM counted AS c
                  WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
                 RETURNING j.queue, j.blocked_by IS NULL AS free)
@@ -1493,7 +1534,7 @@ BEGIN
     LOOP
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, status, max_attempts,
             run_at, expires_at, submission_id, fingerprint, active_key, created_at, concurrency_key,
-            blocked_by, blocked_run_at, last_error, finished_at)
+            blocked_by, blocked_run_at, last_error, finished_at, scheduled)
         VALUES (v_job_id, _submit.queue, _submit.task, v_payload, coalesce(_submit.priority, 0),
             CASE WHEN v_dependency_failed THEN 'cancelled' ELSE 'pending' END,
             coalesce(_submit.max_attempts, v_queue.max_attempts),
@@ -1502,7 +1543,9 @@ BEGIN
             CASE WHEN v_dependency_failed THEN NULL ELSE _submit.active_key END, v_now, _submit.concurrency_key,
             nullif(v_blocked_by, 0), CASE WHEN v_blocked_by > 0 THEN v_run_at END,
             CASE WHEN v_dependency_failed THEN 'dependency_failed' END,
-            CASE WHEN v_dependency_failed THEN v_now END)
+            CASE WHEN v_dependency_failed THEN v_now END,
+            -- Waits apart (part 1c) while blocked or due later.
+            NOT coalesce(v_dependency_failed, false) AND (coalesce(v_blocked_by, 0) > 0 OR v_run_at > v_now))
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
 
@@ -1527,6 +1570,12 @@ BEGIN
         PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
         PERFORM fenceq._notify_done(ARRAY[v_holder]);
+        IF v_holder = ANY (v_depends_on) THEN
+            -- Forced over its own dependency, which is cancelled now: the
+            -- job is stored cancelled too (§16), not left waiting for ever.
+            v_blocked_by := 0;
+            v_dependency_failed := true;
+        END IF;
     END LOOP;
 
     IF v_depends_on IS NOT NULL THEN
@@ -1901,13 +1950,18 @@ BEGIN
             v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
                                     WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
         ELSIF NOT v_queue.paused THEN
+            IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                        WHERE l.queue = v_queue.queue AND l.status = 'pending' AND l.scheduled
+                          AND l.run_at <= v_now) THEN
+                PERFORM fenceq._move_due(v_queue.queue, v_now);
+            END IF;
             SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
               INTO v_picked, v_exhausted FROM (
                 SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
                     SELECT j.job_id, j.generation
                       FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.run_at <= v_now
-                       AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                       AND j.run_at <= v_now AND (j.expires_at IS NULL OR j.expires_at > v_now)
                      ORDER BY j.priority DESC, j.run_at, j.seq
                      LIMIT v_count
                        FOR UPDATE SKIP LOCKED) AS j) AS p;
@@ -1929,6 +1983,9 @@ BEGIN
             v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
                                  FROM unnest(v_limited) AS l(name));
         END IF;
+        PERFORM fenceq._move_due(a.name, v_now) FROM unnest(v_active) AS a(name)
+          WHERE EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                         WHERE l.queue = a.name AND l.status = 'pending' AND l.scheduled AND l.run_at <= v_now);
         IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
             -- EXECUTE plans this statement for its actual values every time: a
             -- generic plan of the per-queue merge can lose the ordered index scan.
@@ -1940,7 +1997,8 @@ BEGIN
                      CROSS JOIN LATERAL (
                         SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
                           FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending' AND j.run_at <= $3
+                         WHERE j.queue = a.name AND j.status = 'pending' AND NOT j.scheduled
+                           AND j.run_at <= $3
                            AND (j.expires_at IS NULL OR j.expires_at > $3)
                          ORDER BY j.priority DESC, j.run_at, j.seq
                          LIMIT $2
@@ -2049,6 +2107,11 @@ BEGIN
     END IF;
 
     v_now := clock_timestamp();  -- eligibility; the lease is read after the lock
+    IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                WHERE l.queue = claim_next.queues[1] AND l.status = 'pending' AND l.scheduled
+                  AND l.run_at <= v_now) THEN
+        PERFORM fenceq._move_due(claim_next.queues[1], v_now);
+    END IF;
     WITH queue AS MATERIALIZED (
         -- A queue with limits takes claim_batch's path (the limits' lock).
         SELECT q.lease FROM fenceq._queues AS q
@@ -2060,7 +2123,8 @@ BEGIN
         SELECT p.job_id, p.generation, clock_timestamp() AS locked_at FROM (
             SELECT j.job_id, j.generation
               FROM fenceq._jobs AS j
-             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND j.run_at <= v_now
+             WHERE j.queue = claim_next.queues[1] AND j.status = 'pending' AND NOT j.scheduled
+               AND j.run_at <= v_now
                AND (j.expires_at IS NULL OR j.expires_at > v_now)
                AND EXISTS (SELECT 1 FROM queue)
              ORDER BY j.priority DESC, j.run_at, j.seq
@@ -2607,11 +2671,11 @@ BEGIN
         -- the earliest due job of each level.
         WITH RECURSIVE levels(priority, depth) AS (
             (SELECT j.priority, 1 FROM fenceq._jobs AS j
-              WHERE j.queue = v_queue AND j.status = 'pending'
+              WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled
               ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < l.priority
+                     WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled AND j.priority < l.priority
                      ORDER BY j.priority DESC LIMIT 1), l.depth + 1
               FROM levels AS l
              WHERE l.priority IS NOT NULL AND l.depth < 32)
@@ -2620,7 +2684,7 @@ BEGIN
           FROM levels AS l
           LEFT JOIN LATERAL (
             SELECT j.run_at FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority = l.priority
+             WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled AND j.priority = l.priority
                AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
              ORDER BY j.run_at LIMIT 1) AS d ON true
          WHERE l.priority IS NOT NULL;
@@ -2628,9 +2692,15 @@ BEGIN
             -- Levels below the 32nd: the rest of the queue in one range scan.
             SELECT least(v_queue_due, min(j.run_at)) INTO v_queue_due
               FROM fenceq._jobs AS j
-             WHERE j.queue = v_queue AND j.status = 'pending' AND j.priority < v_floor
+             WHERE j.queue = v_queue AND j.status = 'pending' AND NOT j.scheduled AND j.priority < v_floor
                AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now);
         END IF;
+        -- The head of the jobs due later (a run_at of 'infinity' never counts).
+        v_queue_due := least(v_queue_due, (
+            SELECT j.run_at FROM fenceq._jobs AS j
+             WHERE j.queue = v_queue AND j.status = 'pending' AND j.scheduled
+               AND j.run_at < 'infinity' AND (j.expires_at IS NULL OR j.expires_at > v_now)
+             ORDER BY j.run_at LIMIT 1));
         v_due := least(v_due, v_queue_due);  -- least() skips NULLs
     END LOOP;
     RETURN v_due;
@@ -2865,7 +2935,8 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
            owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
-           budget_expires_at = NULL, pid = NULL
+           budget_expires_at = NULL, pid = NULL,
+           scheduled = v_run_at > v_now  -- released for later: waits apart (part 1c)
      WHERE j.job_id = release.job_id;
     PERFORM fenceq._notify_jobs(v_job.queue);  -- due now or later: idle workers re-read next_due
     RETURN true;
@@ -2958,7 +3029,8 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'pending', attempts = 0, run_at = v_now, finished_at = NULL,
            owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
-           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL
+           budget_expires_at = NULL, pid = NULL, cancel_requested = false, result = NULL,
+           scheduled = false  -- due now: ready (part 1c)
      WHERE j.job_id = v_letter.job_id AND j.status = 'failed';
     IF NOT FOUND THEN
         RETURN NULL;
@@ -3216,10 +3288,11 @@ BEGIN
         RETURNING s.job_id),
     inserted AS (
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
-            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key)
+            run_at, expires_at, submission_id, fingerprint, created_at, concurrency_key, scheduled)
         SELECT q.job_id, q.queue, submit.task, v_payload, coalesce(submit.priority, 0),
                coalesce(submit.max_attempts, q.max_attempts), coalesce(submit.run_at, q.now),
-               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key
+               submit.expires_at, submit.submission_id, v_fingerprint, q.now, submit.concurrency_key,
+               coalesce(submit.run_at > q.now, false)  -- due later: waits apart (part 1c)
           FROM queue AS q
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
@@ -3306,8 +3379,7 @@ BEGIN
                     'strict $.**{128} ? (@.type() == "object" || @.type() == "array")'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
         v_now := clock_timestamp();
-        v_ids := ARRAY(SELECT fenceq._new_job_id()
-                         FROM generate_series(1, jsonb_array_length(submit_batch.requests)));
+        v_ids := fenceq._new_job_ids(jsonb_array_length(submit_batch.requests));
         INSERT INTO fenceq._jobs AS j (job_id, queue, task, payload, priority, max_attempts,
                                        run_at, created_at)
         SELECT v_ids[r.ordinality], submit_batch.queue, r.value ->> 'task',
@@ -3335,6 +3407,7 @@ BEGIN
                 AND fenceq._is_plain_json_int(r.value -> 'max_attempts', 1)
                 AND fenceq._is_plain_json(r.value -> 'payload'), false)), true)
           FROM jsonb_array_elements(submit_batch.requests) AS r) THEN
+        v_new_ids := fenceq._new_job_ids(jsonb_array_length(submit_batch.requests));
         SELECT array_agg(e.task ORDER BY e.i), array_agg(e.payload ORDER BY e.i),
                array_agg(e.submission_id ORDER BY e.i), array_agg(e.priority ORDER BY e.i),
                array_agg(e.max_attempts ORDER BY e.i), array_agg(e.new_id ORDER BY e.i),
@@ -3360,7 +3433,7 @@ BEGIN
                        r.value ->> 'submission_id' AS submission_id,
                        (r.value ->> 'priority')::numeric::integer AS priority,
                        (r.value ->> 'max_attempts')::numeric::integer AS max_attempts,
-                       fenceq._new_job_id() AS new_id
+                       v_new_ids[r.ordinality] AS new_id
                   FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r) AS e;
         IF v_tasks IS NULL THEN
             RETURN '{}';
@@ -3806,7 +3879,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '4';
+    RETURN '5';
 END
 $$;
 
@@ -4127,13 +4200,15 @@ CREATE INDEX _dependencies_job_idx ON fenceq._dependencies USING btree (job_id);
 
 CREATE UNIQUE INDEX _jobs_active_key_idx ON fenceq._jobs USING btree (queue, active_key) WHERE ((active_key IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'claimed'::text])));
 
-CREATE INDEX _jobs_claim_idx ON fenceq._jobs USING btree (queue, priority DESC, run_at, seq) WHERE (status = 'pending'::text);
-
 CREATE INDEX _jobs_claimed_idx ON fenceq._jobs USING btree (queue) WHERE (status = 'claimed'::text);
 
 CREATE INDEX _jobs_expires_idx ON fenceq._jobs USING btree (expires_at) WHERE ((status = 'pending'::text) AND (expires_at IS NOT NULL));
 
 CREATE INDEX _jobs_finished_idx ON fenceq._jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
+
+CREATE INDEX _jobs_later_idx ON fenceq._jobs USING btree (queue, run_at) WHERE ((status = 'pending'::text) AND scheduled);
+
+CREATE INDEX _jobs_pending_idx ON fenceq._jobs USING btree (queue, scheduled, priority DESC, run_at, seq) WHERE (status = 'pending'::text);
 
 CREATE INDEX _rate_window_queue_idx ON fenceq._rate_window USING btree (queue, claimed_at);
 
@@ -4223,7 +4298,11 @@ REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._lock_live(job_id text, owner_id text, generation bigint, claim_token text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._move_due(queue text, now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._new_job_id() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._new_job_ids(n integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._notify_done(job_ids text[]) FROM PUBLIC;
 

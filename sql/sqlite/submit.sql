@@ -54,6 +54,16 @@ WITH r(h, now) AS MATERIALIZED (
         SELECT count(*) FILTER (WHERE d.status IN ('pending', 'claimed')),
                coalesce(max(d.status IN ('failed', 'cancelled', 'expired')), 0)
           FROM deps AS d),
+     -- With force, the job that holds the active key (cancelled below), and
+     -- whether the new job depends on it: forced over its own dependency, it
+     -- is stored cancelled too (§16).
+     held(holder, depended_on) AS (
+        SELECT h.holder, coalesce(h.holder IN (SELECT x.id FROM deps AS x), 0) FROM (
+            SELECT CASE WHEN :active_key IS NOT NULL AND coalesce(:force, 0) AND NOT d.failed
+                        THEN (SELECT j.job_id FROM fenceq__jobs AS j
+                               WHERE j.queue = :queue AND j.active_key = :active_key
+                                 AND j.status IN ('pending', 'claimed')) END AS holder
+              FROM judged AS d) AS h),
      e(error) AS (SELECT CASE
         WHEN NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
                   AND instr(CAST(:queue AS BLOB), x'00') = 0)
@@ -172,12 +182,11 @@ SELECT 1, substr(e.error, 1, 5), substr(e.error, 7),
                          || '-' || substr('89ab', (instr('0123456789abcdef', substr(r.h, 17, 1)) - 1) % 4 + 1, 1)
                          || substr(r.h, 18, 3)
                          || '-' || substr(r.h, 21, 12)),
-       r.now,
-       CASE WHEN :active_key IS NOT NULL AND coalesce(:force, 0) AND NOT d.failed
-            THEN (SELECT j.job_id FROM fenceq__jobs AS j
-                   WHERE j.queue = :queue AND j.active_key = :active_key AND j.status IN ('pending', 'claimed')) END,
-       nullif(d.blocked_by, 0), d.failed
-  FROM r, e, judged AS d;
+       r.now, h.holder,
+       -- A job stored cancelled waits for nothing (blocked_by NULL).
+       CASE WHEN NOT (d.failed OR h.depended_on) THEN nullif(d.blocked_by, 0) END,
+       d.failed OR h.depended_on
+  FROM r, e, judged AS d, held AS h;
 INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, created_at)
 SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
   FROM temp.fenceq_submit_call AS t

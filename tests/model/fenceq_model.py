@@ -193,12 +193,9 @@ class Model:
         if deps and depth > MAX_DEPENDENCY_DEPTH:
             raise Refused("QF100")
         # A job stored cancelled (a dependency failed already) holds no key:
-        # it neither waits for the key's holder nor replaces it.
-        # Finding M1 (reported, not intended): the engines judge the
-        # dependencies before a forced replacement cancels the key's holder,
-        # so a job forced over its own dependency waits on it for ever
-        # instead of being cancelled (§16). The model follows the engines
-        # while the SQL is not fixed.
+        # it neither waits for the key's holder nor replaces it. A job forced
+        # over its own dependency (the key's holder, cancelled by the force)
+        # is stored cancelled too (§16; finding M1, fixed in version 5).
         failed_before = [d.status in ("failed", "cancelled", "expired") for d in deps]
         waiting_before = {d.handle for d in deps if d.status != "completed"}
         holder = None if any(failed_before) else self.active_holder(request.queue, request.active_key)
@@ -206,6 +203,7 @@ class Model:
             raise Refused("QF202")
         if holder is not None:
             self._cancel_now(holder, None, now)
+            failed_before.append(holder.handle in {d.handle for d in deps})
         queue = self.queues[request.queue]
         asked = (request.run_at, 0) if request.run_at is not None else now
         job = Job(handle=len(self.jobs), request=request, queue=request.queue, task=request.task,
@@ -335,7 +333,7 @@ class Model:
         return True
 
     def reap(self, now: tuple) -> tuple[int, int, int, int]:
-        requeued = failed = cancelled = expired = 0
+        requeued = failed = cancelled = 0
         for job in list(self.live_jobs()):
             if job.status == "claimed" and job.short_lease:
                 if job.cancel_requested:
@@ -349,11 +347,15 @@ class Model:
                     job.last_error = "lease_expired"
                     self._fail_for_good(job, now)
                     failed += 1
-        for job in list(self.live_jobs()):
-            if job.status == "pending" and job.expires_past:
-                self._finish(job, "expired", now)
-                expired += 1
-        return requeued, failed, cancelled, expired
+        # Every overdue pending job expires at once (one statement), and only
+        # then are their dependents cancelled: an overdue job that depends on
+        # another overdue one expires too, rather than being cancelled.
+        overdue = [job for job in self.live_jobs() if job.status == "pending" and job.expires_past]
+        for job in overdue:
+            job.status = "expired"
+        for job in overdue:
+            self._finish(job, "expired", now)
+        return requeued, failed, cancelled, len(overdue)
 
     # Operators -------------------------------------------------------------
     def cancel(self, handle: int, force: bool, now: tuple) -> str | None:
@@ -477,26 +479,11 @@ class Model:
         if status != "completed":
             self._cascade(job, now)
 
-    def stranded_below(self, job: Job) -> bool:
-        """Whether a job not terminal depends, transitively, on this one
-        (M1 leaves such jobs below a cancelled one)."""
-        seen, below = {job.handle}, [job.handle]
-        while below:
-            handle = below.pop()
-            for dependent in self.live_jobs():
-                if handle in dependent.depends_on and dependent.handle not in seen:
-                    if not dependent.terminal:
-                        return True
-                    seen.add(dependent.handle)
-                    below.append(dependent.handle)
-        return False
-
     def _cascade(self, job: Job, now: tuple) -> None:
         """§16: every job that depends on a job that did not complete,
         transitively, is cancelled with last_error dependency_failed. The
         engines walk the whole graph below the job, through dependents that
-        are terminal already, so a job stranded by finding M1 further down
-        is cancelled too."""
+        are terminal already."""
         seen, below = {job.handle}, [job.handle]
         while below:
             handle = below.pop()

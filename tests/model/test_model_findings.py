@@ -1,14 +1,9 @@
 """The disagreements the lockstep model found (docs/fuzzing.md, "The model
-in lockstep"), as the promise says it should be. Strict xfails: when the
-SQL is fixed they pass, fail as XPASS, and the model's allowance for them
-(fenceq_model.Model.submit, KNOWN_FINDINGS in test_model.py) is to go."""
+in lockstep"), as the promise says it should be: fixed in version 5 (M1 on
+both engines, M2 on SQLite; M3 followed from M1), kept as regression tests."""
 
 from __future__ import annotations
 
-import pytest
-
-
-@pytest.mark.xfail(strict=True, reason="M1: dependencies are judged before the forced replacement")
 def test_m1_a_job_forced_over_its_own_dependency_is_cancelled(client):
     client.create_queue("q")
     first = client.submit("q", "t", active_key="k")
@@ -18,7 +13,6 @@ def test_m1_a_job_forced_over_its_own_dependency_is_cancelled(client):
     assert (job.status, job.last_error) == ("cancelled", "dependency_failed")
 
 
-@pytest.mark.xfail(strict=True, reason="M2: PostgreSQL shows 0, SQLite 1")
 def test_m2_blocked_by_of_a_job_stored_cancelled_is_the_same_on_both(pg, sqlite_db):
     counts = []
     for database in (pg, sqlite_db):
@@ -32,7 +26,6 @@ def test_m2_blocked_by_of_a_job_stored_cancelled_is_the_same_on_both(pg, sqlite_
     assert counts[0] == counts[1]
 
 
-@pytest.mark.xfail(strict=True, reason="M3: SQLite cancels the stranded job, PostgreSQL does not")
 def test_m3_cancelling_a_cancelled_job_again_changes_the_same_on_both(pg, sqlite_db):
     statuses = []
     for database in (pg, sqlite_db):

@@ -70,7 +70,7 @@ _QUEUE_FILTER = "(%(queue)s::text IS NULL OR queue = %(queue)s::text)"
 _LIMIT = "LIMIT %(limit)s::integer"
 # Claim order mixes directions (priority DESC, run_at, job_id), which no
 # row comparison can express: three branches, each an index range of
-# _jobs_claim_idx, give the rows after the cursor.
+# _jobs_pending_idx, give the rows after the cursor.
 _PENDING_BRANCH = (f"(SELECT {columns(Job)} FROM fenceq.jobs WHERE status = 'pending' AND queue = %(queue)s::text"
                    f" AND {{after}} AND {_TASK_FILTER} ORDER BY priority DESC, run_at, job_id {_LIMIT})")
 _PENDING_AFTER = ("priority = %(after_priority)s::integer AND run_at = %(after_run_at)s::timestamptz"

@@ -51,6 +51,16 @@ WITH r(h, now) AS MATERIALIZED (
         SELECT count(*) FILTER (WHERE d.status IN ('pending', 'claimed')),
                coalesce(max(d.status IN ('failed', 'cancelled', 'expired')), 0)
           FROM deps AS d),
+     -- With force, the job that holds the active key (cancelled below), and
+     -- whether the new job depends on it: forced over its own dependency, it
+     -- is stored cancelled too (§16).
+     held(holder, depended_on) AS (
+        SELECT h.holder, coalesce(h.holder IN (SELECT x.id FROM deps AS x), 0) FROM (
+            SELECT CASE WHEN :active_key IS NOT NULL AND coalesce(:force, 0) AND NOT d.failed
+                        THEN (SELECT j.job_id FROM fenceq__jobs AS j
+                               WHERE j.queue = :queue AND j.active_key = :active_key
+                                 AND j.status IN ('pending', 'claimed')) END AS holder
+              FROM judged AS d) AS h),
      e(error) AS (SELECT CASE
         WHEN NOT {{identifier(:queue, 255)}}
              THEN 'QF102 fenceq: queue must be 1 to 255 characters'
@@ -123,12 +133,11 @@ INSERT OR REPLACE INTO temp.fenceq_submit_call (id, sqlstate, message, replay_jo
 SELECT 1, substr(e.error, 1, 5), substr(e.error, 7),
        (SELECT s.job_id FROM fenceq__submissions AS s WHERE s.submission_id = :submission_id),
        coalesce(:job_id, {{uuid4(r.h)}}),
-       r.now,
-       CASE WHEN :active_key IS NOT NULL AND coalesce(:force, 0) AND NOT d.failed
-            THEN (SELECT j.job_id FROM fenceq__jobs AS j
-                   WHERE j.queue = :queue AND j.active_key = :active_key AND j.status IN ('pending', 'claimed')) END,
-       nullif(d.blocked_by, 0), d.failed
-  FROM r, e, judged AS d;
+       r.now, h.holder,
+       -- A job stored cancelled waits for nothing (blocked_by NULL).
+       CASE WHEN NOT (d.failed OR h.depended_on) THEN nullif(d.blocked_by, 0) END,
+       d.failed OR h.depended_on
+  FROM r, e, judged AS d, held AS h;
 INSERT INTO fenceq__submissions (submission_id, fingerprint, job_id, queue, created_at)
 SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
   FROM temp.fenceq_submit_call AS t
