@@ -6,7 +6,8 @@ every step (the bare loop's table lives in that one). Measured, as
 bench/v5_layout.py measures (its helpers and its fills):
 
 1. per job, claimed and completed one at a time and 10 at a time, one
-   connection with statement tracking on, a CHECKPOINT before each window:
+   connection with statement tracking on, a CHECKPOINT before each window,
+   medians of ``--diag-rounds`` windows per system, orders alternating:
    server µs (top-level statements), statements, WAL bytes, index entries
    and heap writes by kind per job;
 2. with ``--later`` jobs due later and none due: server µs of an empty
@@ -18,7 +19,8 @@ bench/v5_layout.py measures (its helpers and its fills):
 5. the upgrade step 0005 on a version 4 database holding N jobs (half
    pending due later, a quarter pending due now, a quarter completed):
    the time the step takes (applied alone with yoyo, as ``fenceq migrate``
-   would), and what a claim issued while the step holds its lock does.
+   would) and its statements' times, and what a claim, a submit and a
+   read issued while the step holds its lock on _jobs do.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import threading
 import time
@@ -95,29 +98,44 @@ def checkpoint(targets: dict[str, Target]) -> None:
 
 # --- 1. per job ------------------------------------------------------------------
 
-async def diagnostics(targets: dict[str, Target], jobs: int, size: int | None = None) -> dict:
-    """Per job, claimed and completed one by one, or ``size`` at a time."""
+async def diagnostics(targets: dict[str, Target], jobs: int, rounds: int, size: int | None = None) -> dict:
+    """Per job, claimed and completed one by one, or ``size`` at a time; each
+    system's window ``rounds`` times, the systems' order alternating, and
+    every figure the median of its rounds (the last round's by_relation)."""
+    windows: dict[str, list[dict]] = {system: [] for system in SYSTEMS}
+    for r in range(rounds):
+        for system in SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]:
+            windows[system].append(await _diagnostic_window(targets, targets[system], jobs, size))
     out = {}
-    for system in SYSTEMS:
-        target = targets[system]
-        conn = (await drivers.open_connections(target.url, 1, track="all"))[0]
-        try:
-            claim, complete = (drivers.PER_JOB if size is None else drivers.BATCHED)[target.driver]
-            db.fill(target.admin, target.driver, QUEUE, jobs)
-            db.vacuum(target.admin)
-            checkpoint(targets)
-            target.stats.begin()
-            for _ in range(jobs // (size or 1)):
-                row = await claim(conn, QUEUE, "diag", *((size,) if size else ()))
-                await complete(conn, row, "diag")
-            window = target.stats.end(jobs * 2 // (size or 1), jobs)
-        finally:
-            await conn.close()
-        out[system] = {**per_job(window, jobs), "by_relation": window["relations"],
-                       "statements_us": {s["query"][:90]: round(s["total_ms"] * 1000 / s["calls"], 1)
-                                         for s in window["statements"]}}
-        clear(target)
+    for system, runs in windows.items():
+        figures = {key: statistics.median(run.get(key, 0) for run in runs)
+                   for key in runs[0] if key not in ("by_relation", "statements_us")}
+        queries = runs[-1]["statements_us"]
+        out[system] = {**figures, "server_us_rounds": [run["server_us"] for run in runs],
+                       "by_relation": runs[-1]["by_relation"],
+                       "statements_us": {q: statistics.median(run["statements_us"].get(q, 0) for run in runs)
+                                         for q in queries}}
     return out
+
+
+async def _diagnostic_window(targets: dict[str, Target], target: Target, jobs: int, size: int | None) -> dict:
+    conn = (await drivers.open_connections(target.url, 1, track="all"))[0]
+    try:
+        claim, complete = (drivers.PER_JOB if size is None else drivers.BATCHED)[target.driver]
+        db.fill(target.admin, target.driver, QUEUE, jobs)
+        db.vacuum(target.admin)
+        checkpoint(targets)
+        target.stats.begin()
+        for _ in range(jobs // (size or 1)):
+            row = await claim(conn, QUEUE, "diag", *((size,) if size else ()))
+            await complete(conn, row, "diag")
+        window = target.stats.end(jobs * 2 // (size or 1), jobs)
+    finally:
+        await conn.close()
+    clear(target)
+    return {**per_job(window, jobs), "by_relation": window["relations"],
+            "statements_us": {s["query"][:90]: round(s["total_ms"] * 1000 / s["calls"], 1)
+                              for s in window["statements"]}}
 
 
 # --- 2. jobs due later -------------------------------------------------------------
@@ -256,10 +274,23 @@ STEP_LOCK = ("SELECT l.pid, l.mode FROM pg_locks AS l "
              "AND l.mode IN ('AccessExclusiveLock', 'ShareLock')")
 
 
+DURING_STEP = {  # label: statement, session options
+    "claim_next": (sql.FQ_CLAIM_NEXT, ""),
+    # A claim whose version 4 plan is rebuilt after the index swap can cost
+    # enough, under enable_seqscan = off, to be JIT-compiled: the same, without.
+    "claim_next, jit off": (sql.FQ_CLAIM_NEXT, "-c jit=off"),
+    "submit": (sql.FQ_SUBMIT, ""),
+    "get_job (a read)": ("SELECT * FROM fenceq.get_job(job_id => %(job_id)s::text)", ""),
+}
+_NOT_THE_STEP = ("pg_stat_activity", "pg_locks", "pg_stat_statements", "yoyo", "fenceq.claim_next(queues =>",
+                 "fenceq.submit(queue =>", "fenceq.get_job(job_id =>", "fenceq.version()", "fenceq_migrations")
+
+
 def upgrade_step(server_url: str, jobs: int) -> dict:
     """On a fresh version 4 database holding ``jobs`` jobs: the time step
-    0005 takes, applied alone with yoyo; and a claim_next issued once the
-    step holds its lock on _jobs, watched in pg_stat_activity."""
+    0005 takes, applied alone with yoyo, and its statements' times; and
+    calls issued once the step holds its lock on _jobs, watched in
+    pg_stat_activity, with what they answered after it."""
     dbname = f"fenceq_v4_v5_upgrade_{jobs}"
     url = db.recreate_database(server_url, dbname)
     try:
@@ -274,7 +305,11 @@ def upgrade_step(server_url: str, jobs: int) -> dict:
                 "WHEN status = 'pending' THEN ' due now' ELSE '' END, count(*) FROM fenceq._jobs GROUP BY 1"
             ).fetchall())
             table_mb = admin.execute("SELECT pg_total_relation_size('fenceq._jobs') / 1048576.0").fetchone()[0]
+            params = {"queue": QUEUE, "queues": [QUEUE], "owner": "during-step", "task": "during-step",
+                      "payload": "{}", "job_id": admin.execute(
+                          "SELECT job_id FROM fenceq._jobs WHERE status = 'pending' LIMIT 1").fetchone()[0]}
             db.checkpoint(admin)
+            admin.execute("SELECT pg_stat_statements_reset()")
             step: dict = {}
 
             def apply_step() -> None:
@@ -289,52 +324,55 @@ def upgrade_step(server_url: str, jobs: int) -> dict:
             stepping.start()
             held = _wait_for_rows(admin, STEP_LOCK, stepping)
             held_at = time.perf_counter()
-            # Two claims: the session as configured, and one with JIT off (a
-            # claim whose version 4 plan is rebuilt after the index swap can
-            # cost enough, under enable_seqscan = off, to be JIT-compiled).
-            claims = [_claim_during_step(url, admin, stepping, options) if held else ({"issued": False}, None)
-                      for options in ("", "-c jit=off")]
+            calls = {label: _call_during_step(url, admin, stepping, statement, params, options)
+                     if held else ({"issued": False}, None)
+                     for label, (statement, options) in DURING_STEP.items()}
             stepping.join()
-            for claim, thread in claims:
+            for call, thread in calls.values():
                 if thread:
                     thread.join(300)
                 for key in ("issued_at", "answered_at"):
-                    if key in claim:
-                        claim[key] -= step["started"]
+                    if key in call:
+                        call[key] -= step["started"]
+            statements = [(query, ms) for query, ms in admin.execute(
+                "SELECT query, total_exec_time FROM pg_stat_statements WHERE toplevel AND dbid = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC"
+            ).fetchall() if not any(probe in query for probe in _NOT_THE_STEP)]
             version = admin.execute("SELECT fenceq.version()").fetchone()[0]
             scheduled = admin.execute("SELECT count(*) FROM fenceq._jobs WHERE status = 'pending' AND scheduled"
                                       ).fetchone()[0]
         return {"jobs": jobs, "by_status": counts, "jobs_table_mb": float(table_mb), "fill_seconds": filled,
                 "step_seconds": step["ended"] - step["started"], "step_error": step.get("error"),
+                "step_statements_ms": [[" ".join(re.sub(r"--[^\n]*", "", query).split())[:100], ms]
+                                       for query, ms in statements[:8]],
                 "step_lock_seen": [list(row) for row in held],
-                "step_lock_seen_at": held_at - step["started"] if held else None, "claim_during_step": claims[0][0],
-                "claim_during_step_jit_off": claims[1][0],
+                "step_lock_seen_at": held_at - step["started"] if held else None,
+                "during_step": {label: call for label, (call, _) in calls.items()},
                 "version_after": version, "marked_scheduled": scheduled}
     finally:
         db.drop_database(server_url, dbname)
 
 
-def _claim_during_step(url: str, admin, stepping: threading.Thread, options: str = "") -> tuple:
-    """Issue a claim on its own session while the step holds its lock; record
-    how it waits (pg_stat_activity). Its thread records what it answered
-    after the commit."""
-    result: dict = {"issued": True, "session_options": options}
-    claiming = psycopg.connect(url, autocommit=True, options=options)
-    pid = claiming.info.backend_pid
+def _call_during_step(url: str, admin, stepping: threading.Thread, statement: str, params: dict,
+                      options: str) -> tuple:
+    """Issue ``statement`` on its own session while the step holds its lock;
+    record how it waits (pg_stat_activity). Its thread records what it
+    answered after the commit."""
+    result: dict = {"issued": True}
+    session = psycopg.connect(url, autocommit=True, options=options)
+    pid = session.info.backend_pid
 
-    def claim() -> None:
+    def call() -> None:
         result["issued_at"] = time.perf_counter()
         try:
-            row = claiming.execute(sql.FQ_CLAIM_NEXT, {"queues": [QUEUE], "owner": "during-step",
-                                                       "token": drivers.new_token()}).fetchone()
-            result["answer"] = "claimed a job" if row else "no job"
+            row = session.execute(statement, {**params, "token": drivers.new_token()}).fetchone()
+            result["answer"] = "answered a row" if row else "answered no row"
         except psycopg.Error as error:
             result["answer"] = f"error {error.sqlstate}"
         result["answered_at"] = time.perf_counter()
-        result["seconds"] = result["answered_at"] - result["issued_at"]
-        claiming.close()
+        session.close()
 
-    thread = threading.Thread(target=claim)
+    thread = threading.Thread(target=call)
     thread.start()
     seen = _wait_for_rows(admin, "SELECT state, wait_event_type, wait_event, pg_blocking_pids(pid) "
                                  f"FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'",
@@ -383,25 +421,18 @@ def _per_job_table(title: str, per: dict) -> list[str]:
     return lines + [""]
 
 
-def _claim_text(claim: dict) -> str:
-    if not claim.get("issued"):
-        return "not issued (the step's lock was not seen)"
-    if not claim.get("waited"):
-        return f"did not wait, {claim.get('answer')}"
-    return (f"waited ({claim['wait_event_type']}: {claim['wait_event']}"
-            f"{', blocked by the step' if claim.get('blocked_by_step') else ''}), "
-            f"issued at {claim['issued_at']:.2f} s, {claim['answer']} at {claim['answered_at']:.2f} s")
-
-
 def markdown(figures: dict) -> str:
     """The run's tables, in docs/performance.md's style."""
     server, args = figures["server"], figures["args"]
     lines = [f"{figures['started']}, {server['version']} (fsync {server['fsync']}, "
              f"pg_stat_statements.track {server.get('pg_stat_statements.track', '?')}, jit {server['jit']}), "
              f"{figures['machine']['nproc']} cores, load average {figures['load_average'][0]:.1f} at the start; "
-             f"measured code {figures['measured_code']}; --diag-jobs {args['diag_jobs']} --drain-jobs "
+             f"measured code {figures['measured_code']}; --diag-jobs {args['diag_jobs']} --diag-rounds "
+             f"{args.get('diag_rounds', 1)} --drain-jobs "
              f"{args['drain_jobs']} --rounds {args['rounds']} --later {args['later']} --submit-batches "
-             f"{args['submit_batches']} --upgrade-sizes {args['upgrade_sizes']}.", ""]
+             f"{args['submit_batches']} --upgrade-sizes {args['upgrade_sizes']}.", "",
+             "Per job: medians of the rounds' windows (one connection, a CHECKPOINT before each window); "
+             "ratios in brackets are to bare.", ""]
     lines += _per_job_table("one job at a time", figures["per_job"])
     lines += _per_job_table("batches of 10", figures["per_job_batch_10"])
 
@@ -433,16 +464,28 @@ def markdown(figures: dict) -> str:
         lines.append(f"| {workers} worker{'s' if workers != '1' else ''} | " + " | ".join(cells) + " | "
                      + _change(by_system["v4"]["median_jobs_s"], by_system["v5"]["median_jobs_s"]) + " |")
 
-    lines += ["", "| upgrade step 0005 on a version 4 database | jobs (pending later / pending now / completed) "
-              "| _jobs with indexes | step (s) | claims issued during the step (times from the step's start) |", "|---|---:|---:|---:|---|"]
+    lines += ["", "| upgrade step 0005 (yoyo) on a version 4 database | pending due later / pending due now "
+              "/ completed | _jobs with its indexes | step (s) |", "|---|---:|---:|---:|"]
     for run in figures["upgrade"]:
         counts = run["by_status"]
-        told = "; ".join(f"{label}: {_claim_text(run[key])}" for key, label in (
-            ("claim_during_step", "as configured"), ("claim_during_step_jit_off", "jit off")))
         lines.append(f"| {run['jobs']:,} jobs | {counts.get('pending due later', 0):,} / "
                      f"{counts.get('pending due now', 0):,} / {counts.get('completed', 0):,} | "
                      f"{run['jobs_table_mb']:,.0f} MB | {run['step_seconds']:.2f}"
-                     f"{' (failed: ' + run['step_error'] + ')' if run['step_error'] else ''} | {told} |")
+                     f"{' (failed: ' + run['step_error'] + ')' if run['step_error'] else ''} |")
+    largest = max(figures["upgrade"], key=lambda run: run["jobs"])
+    lines += ["", f"| the step's statements on {largest['jobs']:,} jobs | ms |", "|---|---:|"]
+    lines += [f"| `{query[:70]}` | {ms:,.0f} |" for query, ms in largest["step_statements_ms"][:5]]
+    lines += ["", "| issued while the step holds its lock (s from the step's start) | jobs | waited on "
+              "| issued at | answered at | answer | step returned at |", "|---|---:|---|---:|---:|---|---:|"]
+    for run in figures["upgrade"]:
+        for label, call in run["during_step"].items():
+            if not call.get("issued"):
+                lines.append(f"| {label} | {run['jobs']:,} | not issued (the step's lock was not seen) | | | | |")
+                continue
+            waited = (f"{call['wait_event_type']}: {call['wait_event']}"
+                      f"{' (the step)' if call.get('blocked_by_step') else ''}" if call["waited"] else "no wait")
+            lines.append(f"| {label} | {run['jobs']:,} | {waited} | {call['issued_at']:.2f} | "
+                         f"{call['answered_at']:.2f} | {call['answer']} | {run['step_seconds']:.2f} |")
     return "\n".join(lines)
 
 
@@ -450,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.v4_v5", description=__doc__)
     parser.add_argument("--url", required=True, help="a server preloading pg_stat_statements")
     parser.add_argument("--diag-jobs", type=int, default=3000)
+    parser.add_argument("--diag-rounds", type=int, default=3, help="windows per system (medians)")
     parser.add_argument("--drain-jobs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--later", type=int, default=100_000, help="jobs due later for the probes")
@@ -481,8 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                    "args": {k: str(v) for k, v in vars(args).items()}}
         if figures["versions"] != {"v4": "4", "v5": "5"}:
             raise SystemExit(f"bench: expected versions 4 and 5, found {figures['versions']}")
-        figures["per_job"] = asyncio.run(diagnostics(targets, args.diag_jobs))
-        figures["per_job_batch_10"] = asyncio.run(diagnostics(targets, args.diag_jobs, 10))
+        figures["per_job"] = asyncio.run(diagnostics(targets, args.diag_jobs, args.diag_rounds))
+        figures["per_job_batch_10"] = asyncio.run(diagnostics(targets, args.diag_jobs, args.diag_rounds, 10))
         for key in ("per_job", "per_job_batch_10"):
             for system, row in figures[key].items():
                 print(key, system, json.dumps({k: v for k, v in row.items()

@@ -12,7 +12,7 @@ def _per_job(server_us: float, index_entries: float) -> dict:
             "heap inserts": 1.0, "heap updates (non-HOT)": 2.0, "row locks": 2.2, "full-page images": 0.04}
 
 
-def _claim(answer: str) -> dict:
+def _call(answer: str) -> dict:
     return {"issued": True, "waited": True, "wait_event_type": "Lock", "wait_event": "relation",
             "blocked_by_step": True, "issued_at": 0.1, "answered_at": 0.4, "answer": answer}
 
@@ -25,7 +25,7 @@ def _run() -> dict:
         "started": "2026-12-02 22:00 UTC", "load_average": [0.5, 0.5, 0.5], "measured_code": "abc1234",
         "server": {"version": "PostgreSQL 15", "fsync": "on", "pg_stat_statements.track": "all", "jit": "on"},
         "machine": {"nproc": "2"},
-        "args": {"diag_jobs": "30", "drain_jobs": "30", "rounds": "1", "later": "100", "submit_batches": "1",
+        "args": {"diag_jobs": "30", "diag_rounds": "1", "drain_jobs": "30", "rounds": "1", "later": "100", "submit_batches": "1",
                  "upgrade_sizes": "100"},
         "per_job": per_job, "per_job_batch_10": per_job, "drains": drains,
         "later": {"bare": {"empty claim": 50000.0}, "v4": {"empty claim": 7500.0, "next_due": 31500.0},
@@ -36,8 +36,8 @@ def _run() -> dict:
                          "owned": {"v4": {"server_ms_per_batch": 41.0}, "v5": {"server_ms_per_batch": 45.1}}},
         "upgrade": [{"jobs": 100_000, "jobs_table_mb": 40.0, "step_seconds": 1.25, "step_error": None,
                      "by_status": {"pending due later": 50_000, "pending due now": 25_000, "completed": 25_000},
-                     "claim_during_step": _claim("claimed a job"),
-                     "claim_during_step_jit_off": {"issued": False}}],
+                     "step_statements_ms": [["UPDATE fenceq._jobs AS j SET scheduled = $1", 600.0]],
+                     "during_step": {"claim_next": _call("answered a row"), "submit": {"issued": False}}}],
     }
 
 
@@ -52,10 +52,11 @@ def test_markdown_renders_every_table_with_ratios_and_changes(tmp_path):
     assert "| plain requests | 8.5 | 14.0 (1.65×) | 10.0 (1.18×) | -29% |" in lines
     assert "| owned requests (submission_id) | — | 41.0 (4.82×) | 45.1 (5.31×) | +10% |" in lines
     assert "| 4 workers | 1,000 jobs/s (1.00×) | 700 jobs/s (0.70×) | 650 jobs/s (0.65×) | -7% |" in lines
-    [upgrade] = [line for line in lines if line.startswith("| 100,000 jobs |")]
-    assert "| 50,000 / 25,000 / 25,000 | 40 MB | 1.25 |" in upgrade
-    assert "waited (Lock: relation, blocked by the step), issued at 0.10 s, claimed a job at 0.40 s" in upgrade
-    assert "jit off: not issued" in upgrade
+    assert "| 100,000 jobs | 50,000 / 25,000 / 25,000 | 40 MB | 1.25 |" in lines
+    assert "| `UPDATE fenceq._jobs AS j SET scheduled = $1` | 600 |" in lines
+    assert ("| claim_next | 100,000 | Lock: relation (the step) | 0.10 | 0.40 | answered a row | 1.25 |"
+            in lines)
+    assert "| submit | 100,000 | not issued (the step's lock was not seen) | | | | |" in lines
 
 
 def test_markdown_mode_prints_the_tables_of_out(tmp_path, capsys):
