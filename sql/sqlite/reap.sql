@@ -50,15 +50,6 @@ SELECT c.seq, c.outcome,
          LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
                     ELSE 1000 END) AS c
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-WITH clock(now) AS MATERIALIZED (
-         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
-INSERT INTO temp.fenceq_reap (seq, outcome, now)
-SELECT j.seq, 'expired', clock.now
-  FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.expires_at, j.seq
- LIMIT max(CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
-                ELSE 1000 END - (SELECT count(*) FROM temp.fenceq_reap), 0);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: a retry time is after year 9999'
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
@@ -81,10 +72,9 @@ INSERT INTO fenceq__dead_letters (dlq_id, job_id, queue, task, error, attempts, 
 SELECT r.dlq_id, j.job_id, j.queue, j.task, j.last_error, j.attempts, r.now
   FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
  WHERE r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
-  FROM temp.fenceq_reap AS r
- WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
--- Jobs that failed, were cancelled or expired take their dependents with them.
+-- Claims that failed or were cancelled take their dependents with them
+-- before the overdue pending jobs are judged, as PostgreSQL's reap does: a
+-- dependent cancelled so is not also expired.
 UPDATE fenceq__jobs
    SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
        finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
@@ -97,7 +87,38 @@ UPDATE fenceq__jobs
             WHERE f.status IN ('failed', 'cancelled', 'expired')
               AND d.depends_on IN (
                   SELECT j.job_id FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
-                   WHERE r.outcome <> 'requeued')
+                   WHERE r.outcome IN ('failed', 'cancelled'))
+           UNION
+           SELECT d.job_id, w.depth + 1
+             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+            WHERE w.depth <= 17)
+       SELECT w.job_id FROM down AS w);
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+INSERT INTO temp.fenceq_reap (seq, outcome, now)
+SELECT j.seq, 'expired', clock.now
+  FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.expires_at, j.seq
+ LIMIT max(CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+                ELSE 1000 END - (SELECT count(*) FROM temp.fenceq_reap), 0);
+UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
+  FROM temp.fenceq_reap AS r
+ WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Jobs that expired take their dependents with them.
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE status IN ('pending', 'claimed')
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND job_id IN (
+       WITH RECURSIVE down(job_id, depth) AS (
+           SELECT d.job_id, 1
+             FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
+            WHERE f.status IN ('failed', 'cancelled', 'expired')
+              AND d.depends_on IN (
+                  SELECT j.job_id FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+                   WHERE r.outcome = 'expired')
            UNION
            SELECT d.job_id, w.depth + 1
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id

@@ -40,13 +40,6 @@ SELECT c.seq, c.outcome,
          ORDER BY j.lease_expires_at, j.seq
          LIMIT {{row_limit(:max_rows, 1000)}}) AS c
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-WITH {{clock}}
-INSERT INTO temp.fenceq_reap (seq, outcome, now)
-SELECT j.seq, 'expired', clock.now
-  FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.expires_at, j.seq
- LIMIT max({{row_limit(:max_rows, 1000)}} - (SELECT count(*) FROM temp.fenceq_reap), 0);
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT '22008', 'fenceq: a retry time is after year 9999'
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
@@ -65,13 +58,27 @@ UPDATE fenceq__jobs
   FROM temp.fenceq_reap AS r
  WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'failed' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 {{dead_letters_from(temp.fenceq_reap)}}
+-- Claims that failed or were cancelled take their dependents with them
+-- before the overdue pending jobs are judged, as PostgreSQL's reap does: a
+-- dependent cancelled so is not also expired.
+{{cancel_dependents(
+    SELECT j.job_id FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
+     WHERE r.outcome IN ('failed', 'cancelled'),
+    NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
+WITH {{clock}}
+INSERT INTO temp.fenceq_reap (seq, outcome, now)
+SELECT j.seq, 'expired', clock.now
+  FROM clock JOIN fenceq__jobs AS j ON j.status = 'pending' AND j.expires_at <= clock.now
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.expires_at, j.seq
+ LIMIT max({{row_limit(:max_rows, 1000)}} - (SELECT count(*) FROM temp.fenceq_reap), 0);
 UPDATE fenceq__jobs SET status = 'expired', finished_at = r.now
   FROM temp.fenceq_reap AS r
  WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'expired' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
--- Jobs that failed, were cancelled or expired take their dependents with them.
+-- Jobs that expired take their dependents with them.
 {{cancel_dependents(
     SELECT j.job_id FROM temp.fenceq_reap AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
-     WHERE r.outcome <> 'requeued',
+     WHERE r.outcome = 'expired',
     NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
