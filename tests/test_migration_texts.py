@@ -29,8 +29,8 @@ RELEASED = {
     "migrations/postgres/sql/0004_fenceq_v4.sql": "e44e53e5c418954623523d343feb5f33be431d211a00c2232eb8e083c2856b3c",
     "migrations/sqlite/0004_fenceq_v4.py": "898938d024c0e31026e0f986c8108d24ea17be48b6aab0d384979eadef506796",
     "migrations/sqlite/sql/0004_fenceq_v4.sql": "355b1ea65a407023125d64966f74b7c3b140e93b87744a01d812f5a738369ebe",
-    "migrations/postgres/0005_fenceq_v5.py": "30fe9c56a68bf5dbb262aeee44d4da91c9b5db9d97a24d5dbe97709bdfce24c0",
-    "migrations/postgres/sql/0005_fenceq_v5.sql": "abb6e70f9e47d48891a07bd6d782d68b14b3b36d9d2c69317d6f35464951bab8",
+    "migrations/postgres/0005_fenceq_v5.py": "5cb4337abdadcec75dbdd263c955507baaf02a4ff765699128f71376d9e85ea2",
+    "migrations/postgres/sql/0005_fenceq_v5.sql": "45edbb034d5b775489eb8d314c3ee8db58c8879b45723ccea743465f5441cc58",
 }
 
 V1_COMMIT = "8e56bfc"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from yoyo import get_backend, read_migrations
+from yoyo import read_migrations
 
 import fenceq
 from conftest import pg_url
-from fenceq.backends.migrations import PG_MIGRATION_SCHEMA, _yoyo_url_pg, migrations_dir
+from fenceq.backends.migrations import apply_postgres_steps_through as apply_through
 from fenceq.migrate import rollback, schema_dump_pg
 
 STEPS = Path(__file__).resolve().parents[1] / "migrations" / "postgres"
@@ -27,20 +27,6 @@ def _step_module():
     [step] = [m for m in read_migrations(str(STEPS)) if m.id == "0004_fenceq_v4"]
     step.load()
     return step.module
-
-
-def apply_through(url: str, last: str) -> None:
-    """Apply the released steps up to and including ``last`` (a later
-    version's steps exist in this tree: migrate() would apply them too)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_MIGRATION_SCHEMA}")
-    backend = get_backend(_yoyo_url_pg(url))
-    try:
-        with backend.lock():
-            released = read_migrations(str(migrations_dir("postgres"))).filter(lambda m: m.id <= last)
-            backend.apply_migrations(backend.to_apply(released))
-    finally:
-        backend.connection.close()
 
 
 @pytest.fixture

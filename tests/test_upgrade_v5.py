@@ -15,8 +15,8 @@ from yoyo import read_migrations
 
 import fenceq
 from conftest import pg_url
+from fenceq.backends.migrations import apply_postgres_steps_through as apply_through
 from fenceq.migrate import migrate, rollback, schema_dump_pg
-from test_upgrade_v4 import apply_through
 
 STEPS = Path(__file__).resolve().parents[1] / "migrations" / "postgres"
 
@@ -105,3 +105,33 @@ def test_the_rollback_text_is_the_released_v4_definitions():
         released = v4 if f"FUNCTION fenceq.{name}(" in v4 else v3
         assert module._definition(text, name) == module._definition(released, name), name
     assert "RETURN '4';" in module._definition(text, "version")
+
+
+def test_the_step_leaves_waiting_jobs_to_be_marked_after_it_and_they_still_wait(pg, v4_database):
+    """The step alone (as yoyo applies it, or a DBA by hand) marks nothing,
+    so that its table lock is short; the jobs version 4 left waiting are not
+    claimed early meanwhile, and migrate's batches mark them afterwards."""
+    import psycopg
+
+    from fenceq.backends.migrations import mark_waiting_jobs
+
+    url = v4_database
+    later_at = datetime.now(timezone.utc) + timedelta(hours=1)
+    with fenceq.connect(url) as client:
+        client.create_queue("q")
+        later = client.submit("q", "later", run_at=later_at)
+        due = client.submit("q", "due")
+    apply_through(url, "0005_fenceq_v5")
+    assert _scheduled(pg, url) == {later: False, due: False}
+    with fenceq.connect(url) as client:
+        assert client.next_due(["q"]) == client.get_job(due).run_at
+        assert client.claim_next(["q"], "w", fenceq.new_claim_token()).job_id == due
+        assert client.claim_next(["q"], "w", fenceq.new_claim_token()) is None, "not claimed before its run_at"
+    lines: list[str] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert mark_waiting_jobs(conn, lines.append) == 1
+        assert mark_waiting_jobs(conn) == 0
+    assert lines == ["marked 1 jobs due later in 1 batches"]
+    assert _scheduled(pg, url) == {later: True}
+    with fenceq.connect(url) as client:
+        assert client.next_due(["q"]) == later_at

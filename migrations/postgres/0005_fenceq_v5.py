@@ -17,17 +17,20 @@ owned paths take their ids from _new_job_ids, one clock reading and one
 random UUID per batch. ``version()`` answers '5'.
 
 The step applies sql/0005_fenceq_v5.sql: part 1c of the install (the
-column with a constant default, so no row is rewritten; an UPDATE marking
-the pending jobs due later; the two indexes; the version 4 claim index
-dropped), CREATE OR REPLACE of those functions (no signature changes),
-then part 9 again (the new helpers' owner and PUBLIC's rights) and the
-admission check.
+column with a constant default, so no row is rewritten; the two indexes;
+the version 4 claim index dropped), CREATE OR REPLACE of those functions
+(no signature changes), then part 9 again (the new helpers' owner and
+PUBLIC's rights) and the admission check. The pending jobs version 4 left
+waiting for a later run_at are marked after the step commits, by `fenceq
+migrate` (fenceq.backends.migrations.mark_waiting_jobs), in batches of
+10,000 jobs read, each its own transaction; until then they wait among the
+due jobs, correctly (claims compare run_at) but at version 4's cost.
 
 Lock impact: the ALTER takes ACCESS EXCLUSIVE on _jobs and holds it to the
-commit, through the UPDATE and the two index builds: every call that
-touches _jobs, reads included, waits for the step (none fails). Measured:
-1.4 s at 100,000 jobs, 14.9 s at 1,000,000 (9.8 s of it the UPDATE);
-docs/dba.md §7.
+commit, through the two index builds: every call that touches _jobs, reads
+included, waits for the step (none fails). The marking afterwards takes
+row locks only. Measured (docs/dba.md §7, bench/upgrade_v5.py): the step
+0.5 s at 100,000 jobs and 3.2 s at 1,000,000; the marking 2.5 s and 26 s.
 
 Rollback reinstalls version 4's bodies of those functions as the frozen
 texts have them (0004's where it changed them, else 0003's), drops the

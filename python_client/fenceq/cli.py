@@ -67,7 +67,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
-    checks = migrate(url)
+    checks = migrate(url, progress=lambda line: print(f"fenceq: {line}", file=sys.stderr, flush=True))
     print(f"fenceq: schema is current and verified ({len(checks)} checks passed)")
     return 0
 

@@ -25,16 +25,16 @@
 -- the flag decides where a job waits, never whether it is due.
 --
 -- Idempotent like part 1, and an upgrade from version 4 in itself: the
--- column has a constant default (no row is rewritten), the pending jobs due
--- later are marked, and the version 4 claim index is replaced.
+-- column has a constant default (no row is rewritten) and the version 4
+-- claim index is replaced. The pending jobs version 4 left waiting for a
+-- later run_at are not marked here, inside the step's ACCESS EXCLUSIVE
+-- lock: `fenceq migrate` marks them after the step commits, in batches of
+-- row locks (docs/dba.md §7). Until then they wait among the due jobs,
+-- which is correct (every claim compares run_at with its clock) but costs
+-- an empty claim what it cost in version 4.
 
 ALTER TABLE fenceq._jobs
     ADD COLUMN IF NOT EXISTS scheduled boolean NOT NULL DEFAULT false;
-
--- The jobs version 4 kept in its one claim index that are due later.
-UPDATE fenceq._jobs AS j
-   SET scheduled = true
- WHERE j.status = 'pending' AND NOT j.scheduled AND j.run_at > clock_timestamp();
 
 -- Claim path: one ordered scan per queue over its ready jobs
 -- (docs/guarantees.md §11: a single index over queue = ANY(...) cannot

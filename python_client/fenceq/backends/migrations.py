@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,12 @@ def check(results: list[Any]) -> list[Any]:
     return results
 
 
-def migrate(url: str) -> list[SchemaCheck]:
+def migrate(url: str, progress: Callable[[str], None] | None = None) -> list[SchemaCheck]:
     """Apply pending migrations, then verify_schema. Idempotent; concurrent
     runs against one database are serialised. Returns the schema checks;
-    raises QF901 when any fails."""
-    return migrate_sqlite(url) if backend_of(url) == "sqlite" else migrate_postgres(url)
+    raises QF901 when any fails. ``progress`` hears about long work that
+    follows a step (PostgreSQL's 0005: the jobs it marks, batch by batch)."""
+    return migrate_sqlite(url) if backend_of(url) == "sqlite" else migrate_postgres(url, progress)
 
 
 def rollback(url: str, *, allow_data_loss: bool = False, to_version: int = 0) -> list[str]:
@@ -165,7 +167,67 @@ def _lock_migrations(lock_conn: Any) -> None:
     lock_conn.execute(f"SELECT pg_advisory_lock({PG_MIGRATE_LOCK})")
 
 
-def migrate_postgres(url: str) -> list[SchemaCheck]:
+# Step 0005 (jobs due later wait apart) leaves the pending jobs that version
+# 4 had waiting for a later run_at unmarked, so that its ACCESS EXCLUSIVE
+# lock lasts only for the column and the index builds; migrate marks them
+# once the step has committed, a batch of row locks at a time, walking the
+# primary key once (docs/dba.md §7). SKIP LOCKED: a row someone holds is a
+# job being claimed (due, so not one to mark) or cancelled.
+MARK_WAITING_BATCH = 10_000
+MARK_WAITING = """
+WITH batch AS MATERIALIZED (
+    SELECT j.job_id FROM fenceq._jobs AS j
+     WHERE j.job_id > %(after)s::text COLLATE "C" ORDER BY j.job_id LIMIT %(size)s::integer),
+marked AS (
+    UPDATE fenceq._jobs AS j
+       SET scheduled = true
+      FROM (SELECT w.job_id FROM fenceq._jobs AS w
+             WHERE w.job_id IN (SELECT b.job_id FROM batch AS b)
+               AND w.status = 'pending' AND NOT w.scheduled AND w.run_at > clock_timestamp()
+               FOR UPDATE SKIP LOCKED) AS w
+     WHERE j.job_id = w.job_id
+    RETURNING 1)
+SELECT (SELECT max(b.job_id) FROM batch AS b), (SELECT count(*) FROM marked)
+"""
+
+
+def mark_waiting_jobs(conn: Any, progress: Callable[[str], None] | None = None) -> int:
+    """Mark the pending jobs due later that step 0005 left unmarked; each
+    batch commits on its own (``conn`` in autocommit). Returns how many."""
+    after, marked, batches = "", 0, 0
+    while True:
+        last, count = conn.execute(MARK_WAITING, {"after": after, "size": MARK_WAITING_BATCH}).fetchone()
+        if last is None:
+            break
+        after, marked, batches = last, marked + count, batches + 1
+        if progress is not None and batches % 10 == 0:
+            progress(f"marked {marked} jobs due later ({batches * MARK_WAITING_BATCH} jobs read)")
+    if progress is not None:
+        progress(f"marked {marked} jobs due later in {batches} batches")
+    return marked
+
+
+def apply_postgres_steps_through(url: str, last: str) -> None:
+    """Apply the PostgreSQL steps up to and including ``last`` (a migration
+    id) and nothing after, without the admission check or the marking: a
+    database of an earlier version, for upgrade tests and benchmarks."""
+    import psycopg
+    from yoyo import get_backend, read_migrations
+
+    from .postgres import connection_url
+
+    with psycopg.connect(connection_url(url), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_MIGRATION_SCHEMA}")
+    backend = get_backend(_yoyo_url_pg(url))
+    try:
+        with backend.lock():
+            steps = read_migrations(str(migrations_dir("postgres"))).filter(lambda m: m.id <= last)
+            backend.apply_migrations(backend.to_apply(steps))
+    finally:
+        backend.connection.close()
+
+
+def migrate_postgres(url: str, progress: Callable[[str], None] | None = None) -> list[SchemaCheck]:
     import psycopg
     from yoyo import get_backend, read_migrations
 
@@ -178,9 +240,12 @@ def migrate_postgres(url: str) -> list[SchemaCheck]:
             backend = get_backend(_yoyo_url_pg(url))
             try:
                 with backend.lock():
-                    backend.apply_migrations(backend.to_apply(read_migrations(str(migrations_dir("postgres")))))
+                    steps = backend.to_apply(read_migrations(str(migrations_dir("postgres"))))
+                    backend.apply_migrations(steps)
             finally:
                 backend.connection.close()
+            if any(step.id == "0005_fenceq_v5" for step in steps):
+                mark_waiting_jobs(lock_conn, progress)
     except psycopg.Error as exc:
         raise driver_error(exc) from exc
     verifier = PostgresBackend(url=url)
