@@ -39,8 +39,8 @@ def _install_mutant_postgres(url: str) -> None:
 if _ENGINE == "postgres":
     _migrate_postgres = migrations.migrate_postgres
 
-    def _migrate_then_mutate(url: str):
-        checks = _migrate_postgres(url)
+    def _migrate_then_mutate(url: str, progress=None):
+        checks = _migrate_postgres(url, progress)
         _install_mutant_postgres(url)
         return checks
 
