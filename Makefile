@@ -37,9 +37,14 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install --quiet 'pgqueuer==1.6.*' asyncpg
 	touch $@
 
+# Version 4 beside version 5 on the same server, after the main run (issue
+# 18 §6): bench/runs/v4-v5.{json,md}. A --quick run leaves it out.
+BENCH_V4V5_ARGS ?= --diag-jobs 3000 --diag-rounds 3 --drain-jobs 3000 --rounds 3 --later 100000 --upgrade-sizes 100000
+
 bench: install $(VENV)/.bench-installed
 	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
 	$(BIN)/python -m bench --url $(BENCH_PG_URL) $(BENCH_ARGS)
+	$(if $(findstring --quick,$(BENCH_ARGS)),,$(BIN)/python -m bench.v4_v5 --url $(BENCH_PG_URL) $(BENCH_V4V5_ARGS))
 
 sql: install
 	$(BIN)/fenceq sql --backend postgres > build-fenceq-postgres.sql

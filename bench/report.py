@@ -403,7 +403,9 @@ def _independent_section(got: dict) -> list[str]:
 
 
 def render(runs_dir: Path) -> str:
-    runs = sorted((json.loads(p.read_text()) for p in runs_dir.glob("v*.json")),
+    # make bench's own runs are v<N>.json; the other benches' records beside
+    # them (v4-v5.json, v5-layout.json) are not runs of this report.
+    runs = sorted((json.loads(p.read_text()) for p in runs_dir.glob("v*.json") if p.stem[1:].isdigit()),
                   key=lambda r: (int(r["meta"]["version"]), r["meta"]["date"]))
     bare = "\n".join(["```sql", sql.BARE_SCHEMA.strip(), "-- claim", sql.BARE_CLAIM.strip(), "-- complete",
                       sql.BARE_COMPLETE.strip(), "```"])
@@ -424,7 +426,9 @@ def render(runs_dir: Path) -> str:
         "Run it: `make bench` (9 minutes on this 2-core machine when quiet, 16 with other test "
         "suites running; it starts the durable server on port 54339). "
         "`make bench BENCH_ARGS=--quick` is a development run (100k backlog, fewer rounds) that prints "
-        "its report and records nothing.", "",
+        "its report and records nothing. After the main run, `make bench` runs `python -m bench.v4_v5` "
+        "(version 4 beside version 5 on the same server: writes, statements and server time per job, "
+        "drains, empty claims with jobs due later, the upgrade's lock; `bench/runs/v4-v5.md`).", "",
         "Why each missed target is missed, with the measurements behind it: "
         "[performance.md](performance.md).", ""]
     if runs:
