@@ -1,9 +1,10 @@
 """An OpenTelemetry span around each handler run, when ``opentelemetry-api``
 is installed; otherwise nothing (fenceq does not depend on it). Until the
-application configures an SDK (a tracer provider and an exporter), the
-API's spans are no-ops too. A span carries the job's queue, task, id,
-attempt and generation; never its payload or its claim token. A handler
-that raises marks its span as an error (the API records the exception)."""
+application configures an SDK (a tracer provider and an exporter), fenceq
+opens no span either (the API's would be a no-op). A span carries the
+job's queue, task, id, attempt and generation; never its payload or its
+claim token. A handler that raises marks its span as an error (the API
+records the exception)."""
 
 from __future__ import annotations
 
