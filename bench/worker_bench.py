@@ -173,8 +173,10 @@ async def wake_latency(url: str, samples: int) -> list[float]:
 
 
 DRAINS = {"fenceq": drain_fenceq, "pgqueuer": drain_pgqueuer}
-# Imported before the CPU clock starts, so that it counts only the drain.
-IMPORTS = {"fenceq": ["fenceq.worker"], "pgqueuer": ["asyncpg", "pgqueuer"], "wake": ["fenceq.worker"]}
+# Imported before the CPU clock starts, so that it counts only the drain:
+# each system with its driver (fenceq imports psycopg with its first connection).
+IMPORTS = {"fenceq": ["fenceq.worker", "fenceq.backends.postgres"], "pgqueuer": ["asyncpg", "pgqueuer"],
+           "wake": ["fenceq.worker"]}
 
 # Where profiled time goes, by the file a function lives in (first match).
 PROFILE_GROUPS = [

@@ -31,6 +31,30 @@ def test_stats_counts_cancel_requests_while_a_job_says_yes_or_no(client, queue):
     assert client.get_job(job_ids[3]).cancel_requested is False
 
 
+# Texts that array input reads specially unless quoted and escaped.
+AWKWARD = ['q"uote', "back\\slash", "{brace,comma}", " spaced ", "NULL", "tab\tnew\nline", "\\\"", "é✓😀"]
+
+
+def test_array_arguments_carry_any_text_and_json(client):
+    """The batch calls' text[], bigint[] and jsonb[] arguments arrive as
+    sent, whatever characters their elements hold."""
+    queue = 'q "{a,b}" \\ NULL'
+    client.create_queue(queue)
+    job_ids = [client.submit(queue, "t", {"n": i}) for i in range(len(AWKWARD))]
+    owner = 'owner "\\{}'
+    claims = client.claim_batch([queue], owner, AWKWARD)
+    assert sorted(c.claim_token for c in claims) == sorted(AWKWARD)
+    assert all(c.owner_id == owner for c in claims)
+    assert client.recover_claim(owner, AWKWARD[0]).claim_token == AWKWARD[0]
+    fences = [c.fence for c in claims]
+    assert client.heartbeat_batch(fences) == [True] * len(fences)
+    results = [{"text": text, "list": [text, None]} for text in AWKWARD[:-2]] + ["NULL", None]
+    assert client.complete_batch(fences, results) == [True] * len(fences)
+    for claim_, result in zip(claims, results):
+        assert client.get_job(claim_.job_id).result == result
+    assert sorted(c.job_id for c in claims) == sorted(job_ids)
+
+
 def modules() -> dict[str, Path]:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):

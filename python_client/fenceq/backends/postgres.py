@@ -50,6 +50,7 @@ _CASTS = {"text": "text", "integer": "integer", "bigint": "bigint", "boolean": "
           "double": "double precision", "interval": "interval", "timestamptz": "timestamptz",
           "jsonb": "jsonb", "text[]": "text[]", "bigint[]": "bigint[]", "jsonb[]": "jsonb[]",
           "requests": "jsonb"}
+_ARRAYS = frozenset({"text[]", "bigint[]", "jsonb[]"})
 
 _VIEWS = {
     "stats": "SELECT queue, pending, due, claimed, cancel_requested, oldest_due_age, paused, notify,"
@@ -149,6 +150,18 @@ def requests_json(requests: tuple[SubmitRequest, ...]) -> str:
         for r in requests) + "]"
 
 
+def array_literal(values: Sequence[Any]) -> str:
+    """A text[], bigint[] or jsonb[] argument as one array literal, every
+    element double-quoted with its backslashes and quotes escaped (what
+    array input reads whatever the element), NULL for None. psycopg's list
+    dumper finds the element type and runs a regex over every element to
+    decide on quoting: about 100 µs of client CPU for the arrays of a
+    complete_batch of 16 fences, against 17 µs for these literals."""
+    return "{" + ",".join(["NULL" if item is None else
+                           '"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for item in values]) + "}"
+
+
 def _encode(kind: str, value: Any) -> Any:
     if value is None:
         return None
@@ -156,6 +169,8 @@ def _encode(kind: str, value: Any) -> Any:
         return interval_text(value)
     if kind == "requests":
         return requests_json(value)
+    if kind in _ARRAYS:
+        return array_literal(value)
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -148,7 +149,11 @@ class _ContextBase:
         self.generation: int = claim.generation
         self.owner_id: str = claim.owner_id
         self.submission_id: str | None = claim.submission_id
-        self.log = logging.LoggerAdapter(task_log, {"fenceq": job.fields, "event": "task_log"})
+
+    @functools.cached_property
+    def log(self) -> logging.LoggerAdapter:
+        """A logger adapter carrying the job's fields (built when first used)."""
+        return logging.LoggerAdapter(task_log, {"fenceq": self._job.fields, "event": "task_log"})
 
     @property
     def fence(self) -> Fence:
@@ -256,11 +261,19 @@ class AsyncJobContext(_ContextBase):
     """What an ``async def`` handler receives. ``cancelled``, ``lost`` and
     ``stopping`` are ``asyncio.Event``s."""
 
-    def __init__(self, job: InFlight, calls: JobCalls):
-        super().__init__(job, calls)
-        self.cancelled: asyncio.Event = job.cancelled.loop
-        self.lost: asyncio.Event = job.lost.loop
-        self.stopping: asyncio.Event = job.stopping.loop
+    # Each event is made when the handler first asks for it (on the loop),
+    # not for every job.
+    @property
+    def cancelled(self) -> asyncio.Event:
+        return self._job.cancelled.loop
+
+    @property
+    def lost(self) -> asyncio.Event:
+        return self._job.lost.loop
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        return self._job.stopping.loop
 
     async def checkpoint(self, step: str, fn: Callable[[], Any]) -> Any:
         """As ``JobContext.checkpoint``; ``fn`` may be sync or async."""

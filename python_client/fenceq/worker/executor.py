@@ -62,6 +62,15 @@ class Executor:
         self._heartbeater = heartbeater
         self._settler = settler
         self._transactions = Transactions(state, pool, writer)
+        self._kinds: dict[str, tuple[Handler, bool]] = {}  # task -> its handler, and whether it is async
+
+    def _is_async(self, task: str, handler: Handler | None) -> bool:
+        if handler is None:
+            return False
+        known = self._kinds.get(task)
+        if known is None or known[0] is not handler:
+            known = self._kinds[task] = (handler, inspect.iscoroutinefunction(handler))
+        return known[1]
 
     def start(self, claim: Claim, sent: float) -> InFlight:
         """Take a claim made by a call sent at ``sent`` (monotonic) and run it."""
@@ -77,7 +86,7 @@ class Executor:
         handler = self._registry.handler(claim.task)
         job = InFlight(claim=claim, lease=lease, deadline=min(sent + lease, budget_deadline),
                        budget_deadline=budget_deadline, next_heartbeat=sent + lease * settings.heartbeat_fraction,
-                       is_async=handler is not None and inspect.iscoroutinefunction(handler),
+                       is_async=self._is_async(claim.task, handler),
                        recorded=dict(claim.checkpoints or {}), started=clock.monotonic())
         loop = asyncio.get_running_loop()
         job.ctx = AsyncJobContext(job, self) if job.is_async else JobContext(job, self, loop)
@@ -85,8 +94,9 @@ class Executor:
             job.stopping.set()
         state.inflight[claim.job_id] = job
         state.counts["claimed"] += 1
-        state.events.emit("claimed", "job claimed", **job.fields, lease=round(lease, 3),
-                          cancel_requested=claim.cancel_requested, checkpoints=len(job.recorded))
+        if state.events.wanted(logging.INFO):
+            state.events.emit("claimed", "job claimed", **job.fields, lease=round(lease, 3),
+                              cancel_requested=claim.cancel_requested, checkpoints=len(job.recorded))
         if claim.cancel_requested:
             job.cancelled.set()
         state.heartbeat_wake.set()
@@ -111,7 +121,7 @@ class Executor:
             if not job.cancelled.is_set():
                 raise
             outcome = Cancelled()
-        if handler is not None:
+        if handler is not None and state.events.wanted(logging.DEBUG):
             state.events.emit("handler_finished", "handler finished", level=logging.DEBUG, **job.fields,
                               outcome=type(outcome).__name__.lower(),
                               seconds=round(state.clock.monotonic() - job.started, 6))
@@ -137,7 +147,8 @@ class Executor:
 
     async def _outcome(self, job: InFlight, handler: Handler) -> Outcome:
         events = self._state.events
-        events.emit("started", "handler started", level=logging.DEBUG, **job.fields)
+        if events.wanted(logging.DEBUG):
+            events.emit("started", "handler started", level=logging.DEBUG, **job.fields)
         try:
             with handler_span(job.claim):
                 result = await handler(job.ctx) if job.is_async else await self._in_thread(job, handler)

@@ -65,9 +65,10 @@ class Settler:
     def _completed(self, job: InFlight, in_transaction: bool = False) -> None:
         state = self._state
         state.counts["completed"] += 1
-        state.events.emit("completed", "job completed" + (" with its transaction" if in_transaction else ""),
-                          **job.fields, seconds=round(state.clock.monotonic() - job.started, 3),
-                          in_transaction=in_transaction)
+        if state.events.wanted(logging.INFO):
+            state.events.emit("completed", "job completed" + (" with its transaction" if in_transaction else ""),
+                              **job.fields, seconds=round(state.clock.monotonic() - job.started, 3),
+                              in_transaction=in_transaction)
 
     async def _fail(self, job: InFlight, error: str, retry: bool) -> None:
         state = self._state
