@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test test-isolation bench sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
+.PHONY: install test test-isolation bench profile sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,15 @@ bench: install $(VENV)/.bench-installed
 	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
 	$(BIN)/python -m bench --url $(BENCH_PG_URL) $(BENCH_ARGS)
 	$(if $(findstring --quick,$(BENCH_ARGS)),,$(BIN)/python -m bench.v4_v5 --url $(BENCH_PG_URL) $(BENCH_V4V5_ARGS))
+
+# Server time line by line of PL/pgSQL (bench/plprofile.py), on its own
+# server with plprofiler preloaded. Not part of make test or make bench.
+PROFILE_ARGS ?=
+profile: install
+	@dpkg -s postgresql-15-plprofiler >/dev/null 2>&1 || { echo "make profile needs Debian's" \
+	  "postgresql-15-plprofiler: apt-get install postgresql-15-plprofiler" >&2; exit 1; }
+	FENCEQ_PG_DURABLE=1 FENCEQ_PG_PLPROFILER=1 FENCEQ_TEST_PG_PORT=54349 scripts/pg-test-server start >/dev/null
+	$(BIN)/python -m bench.plprofile --url postgresql://postgres@127.0.0.1:54349/postgres $(PROFILE_ARGS)
 
 sql: install
 	$(BIN)/fenceq sql --backend postgres > build-fenceq-postgres.sql
