@@ -60,3 +60,19 @@ def steps_above(backend: str, version: int) -> list[str]:
     from fenceq.backends.migrations import migration_ids
 
     return [m for m in reversed(migration_ids(backend)) if int(m.split("_", 1)[0]) > version]
+
+
+def released_package(folder, commit: str):
+    """A released version's package, SQL and migrations, extracted from git
+    history into ``folder``: the path to put on PYTHONPATH, or None when
+    this clone lacks ``commit``."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(root), "archive", commit, "python_client", "sql", "migrations"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        return None
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return Path(folder) / "python_client"

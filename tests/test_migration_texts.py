@@ -31,6 +31,8 @@ RELEASED = {
     "migrations/sqlite/sql/0004_fenceq_v4.sql": "355b1ea65a407023125d64966f74b7c3b140e93b87744a01d812f5a738369ebe",
     "migrations/postgres/0005_fenceq_v5.py": "5cb4337abdadcec75dbdd263c955507baaf02a4ff765699128f71376d9e85ea2",
     "migrations/postgres/sql/0005_fenceq_v5.sql": "45edbb034d5b775489eb8d314c3ee8db58c8879b45723ccea743465f5441cc58",
+    "migrations/sqlite/0005_fenceq_v5.py": "be1824bdd6a4a22a9b3523b7edb75c3eeaf0a9c0c014a83b43bc9e08c1ccf3b2",
+    "migrations/sqlite/sql/0005_fenceq_v5.sql": "523a3afb8c8342fe98299e4a1b11ead8843916526b6d1fb8be32b9a11e11bebb",
 }
 
 V1_COMMIT = "8e56bfc"

@@ -19,7 +19,7 @@ import fenceq
 from conftest import pg_url
 from fenceq.backends import backend_of
 from fenceq.migrate import migrate, rollback
-from helpers import schema_version, steps_above
+from helpers import released_package, schema_version, steps_above
 
 ROOT = Path(__file__).resolve().parents[1]
 V1_COMMIT = "8e56bfc"
@@ -28,13 +28,10 @@ V1_COMMIT = "8e56bfc"
 @pytest.fixture(scope="session")
 def v1_package(tmp_path_factory) -> Path:
     """Version 1's package, SQL and migrations, extracted from git history."""
-    folder = tmp_path_factory.mktemp("fenceq-v1")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", V1_COMMIT, "python_client", "sql", "migrations"],
-                             capture_output=True)
-    if archive.returncode != 0:
+    package = released_package(tmp_path_factory.mktemp("fenceq-v1"), V1_COMMIT)
+    if package is None:
         pytest.skip(f"this clone lacks commit {V1_COMMIT}")
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
-    return folder / "python_client"
+    return package
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

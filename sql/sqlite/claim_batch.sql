@@ -19,9 +19,12 @@
 -- Differs from PostgreSQL in that there is no SKIP LOCKED: BEGIN
 -- IMMEDIATE serialises writers on the whole file, so concurrent claimers
 -- take turns (waiting up to the busy timeout) and still never get the same
--- job; order is strict across callers too. Each queue's head is read
--- through the partial claim index, then the heads are merged. A claim time
--- beyond year 9999 raises 22008 (PostgreSQL: timestamp out of range).
+-- job; order is strict across callers too. Each queue's jobs that fell
+-- due are moved from the later set to the ready set first (a plain bounded
+-- UPDATE: no row is locked or skipped), then each queue's heads are read
+-- through the partial claim index over its ready jobs, and the heads are
+-- merged. A claim time beyond year 9999 raises 22008 (PostgreSQL:
+-- timestamp out of range).
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
@@ -29,6 +32,27 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
     lease INTEGER NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_claim;
+-- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
+-- and the claim use the same reading, so a job due by it is claimable.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_clock (
+    id INTEGER PRIMARY KEY CHECK (id = 1), now INTEGER NOT NULL);
+INSERT OR REPLACE INTO temp.fenceq_claim_clock (id, now)
+SELECT 1, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000;
+-- Before the checks: a failed check rolls the move back with the rest, and
+-- a malformed queue array moves nothing.
+UPDATE fenceq__jobs
+   SET scheduled = 0
+ WHERE seq IN (
+       SELECT d.seq
+         FROM json_each(CASE WHEN json_valid(:queues)
+                             THEN CASE WHEN json_type(:queues) = 'array'
+                                       THEN :queues END END) AS a
+         JOIN fenceq__jobs AS d ON d.seq IN (
+              SELECT l.seq FROM fenceq__jobs AS l
+               WHERE l.queue = a.value AND l.status = 'pending' AND l.scheduled
+                 AND l.run_at <= (SELECT c.now FROM temp.fenceq_claim_clock AS c)
+               ORDER BY l.run_at
+               LIMIT 1000));
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF100' AS sqlstate,
@@ -90,14 +114,14 @@ SELECT sqlstate, message FROM (
 -- materialised with a computed ord, which SQLite indexes for the join: a
 -- join on json_each's own key rescans the array for every head.
 WITH clock(now) AS MATERIALIZED (
-         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+        SELECT c.now FROM temp.fenceq_claim_clock AS c),
      heads AS (
         SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
           FROM fenceq__queues AS q
           JOIN clock
           JOIN fenceq__jobs AS j ON j.seq IN (
                SELECT h.seq FROM fenceq__jobs AS h
-                WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+                WHERE h.queue = q.queue AND h.status = 'pending' AND h.scheduled = 0 AND h.run_at <= clock.now
                   AND (h.expires_at IS NULL OR h.expires_at > clock.now)
                 ORDER BY h.priority DESC, h.run_at, h.seq
                 LIMIT coalesce(json_array_length(CASE WHEN json_valid(:claim_tokens)
@@ -119,8 +143,8 @@ WITH clock(now) AS MATERIALIZED (
                                   row_number() OVER (PARTITION BY h.concurrency_key
                                                      ORDER BY h.priority DESC, h.run_at, h.seq) AS key_rank
                              FROM fenceq__jobs AS h
-                            WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
-                              AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
+                            WHERE h.queue = q.queue AND h.status = 'pending' AND h.scheduled = 0
+                              AND h.run_at <= clock.now AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
                     WHERE q.max_claimed_per_key IS NULL OR h.concurrency_key IS NULL
                        OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
                                          WHERE k.queue = q.queue AND k.status = 'claimed'

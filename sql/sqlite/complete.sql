@@ -42,7 +42,9 @@ UPDATE fenceq__jobs
        run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
                      THEN max(fenceq__jobs.blocked_run_at, c.now) ELSE fenceq__jobs.run_at END,
        blocked_run_at = CASE WHEN fenceq__jobs.blocked_by = c.n THEN NULL
-                             ELSE fenceq__jobs.blocked_run_at END
+                             ELSE fenceq__jobs.blocked_run_at END,
+       -- Freed: ready when due now, else still waiting apart (version 5).
+       scheduled = fenceq__jobs.blocked_by > c.n OR coalesce(fenceq__jobs.blocked_run_at > c.now, 0)
   FROM (SELECT d.job_id, count(*) AS n,
                (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now
           FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on

@@ -90,6 +90,9 @@ UPDATE fenceq__jobs
    SET status = 'pending',
        run_at = coalesce((unixepoch(substr(:retry_at, 1, 19)) * 1000000
                           + CAST(substr(:retry_at, 21, 6) AS INTEGER)), r.now + r.backoff),
+       -- In back-off, or retried at a time still ahead: waits apart (version 5).
+       scheduled = coalesce((unixepoch(substr(:retry_at, 1, 19)) * 1000000
+                             + CAST(substr(:retry_at, 21, 6) AS INTEGER)), r.now + r.backoff) > r.now,
        last_error = substr(:error, 1, 65536),
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL

@@ -60,6 +60,7 @@ UPDATE fenceq__jobs SET status = 'cancelled', pid = NULL, finished_at = r.now
  WHERE fenceq__jobs.seq = r.seq AND r.outcome = 'cancelled' AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 UPDATE fenceq__jobs
    SET status = 'pending', run_at = r.now + r.backoff, last_error = 'lease_expired',
+       scheduled = r.backoff > 0,  -- in back-off: waits apart (version 5)
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL
   FROM temp.fenceq_reap AS r

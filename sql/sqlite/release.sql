@@ -52,6 +52,9 @@ UPDATE fenceq__jobs
    SET status = 'pending', attempts = attempts - 1,
        run_at = coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
                           + CAST(substr(:run_at, 21, 6) AS INTEGER)), f.now),
+       -- Released for later: waits apart (version 5).
+       scheduled = coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
+                             + CAST(substr(:run_at, 21, 6) AS INTEGER)), f.now) > f.now,
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL
   FROM temp.fenceq_fence AS f

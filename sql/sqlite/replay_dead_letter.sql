@@ -34,7 +34,7 @@ SELECT 'QF202', 'fenceq: the active key is held by another active job'
                 WHERE h.queue = j.queue AND h.active_key = j.active_key AND h.job_id <> j.job_id
                   AND h.status IN ('pending', 'claimed'));
 UPDATE fenceq__jobs
-   SET status = 'pending', attempts = 0, run_at = l.now, finished_at = NULL,
+   SET status = 'pending', attempts = 0, run_at = l.now, scheduled = 0, finished_at = NULL,
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL, cancel_requested = 0, result = NULL
   FROM temp.fenceq_letter AS l

@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 4.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 5.
 -- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
@@ -83,13 +83,28 @@ CREATE TABLE IF NOT EXISTS fenceq__jobs (
     -- job may ask for), so claims pass over it as over a job due later; the
     -- run_at it asked for waits in blocked_run_at.
     blocked_by        INTEGER CHECK (blocked_by > 0),
-    blocked_run_at    INTEGER
+    blocked_run_at    INTEGER,
+    -- Added in version 5: a pending job waits in one of two sets. Ready
+    -- (scheduled = 0): due; each queue's ready jobs lead its stretch of
+    -- fenceq__jobs_pending_idx in claim order, and every claim reads them
+    -- there. Later (scheduled = 1): its run_at was still ahead when it was
+    -- written (submitted for later, a retry in back-off, released for
+    -- later, waiting on dependencies); also in fenceq__jobs_later_idx by
+    -- due time, where each claim first moves its queues' jobs that fell
+    -- due (docs/design-v5.md §3). The flag decides where a job waits, never
+    -- whether it is due: every claim also compares run_at with its clock.
+    scheduled         INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
--- Claim path: one ordered scan per queue (claim_next merges the heads).
-CREATE INDEX IF NOT EXISTS fenceq__jobs_claim_idx
-    ON fenceq__jobs (queue, priority DESC, run_at, seq)
+-- Claim path: one ordered scan per queue over its ready jobs (claim_next
+-- merges the heads); the jobs due later follow them (version 5).
+CREATE INDEX IF NOT EXISTS fenceq__jobs_pending_idx
+    ON fenceq__jobs (queue, scheduled, priority DESC, run_at, seq)
     WHERE status = 'pending';
+-- Jobs due later, by due time: the claims' move and next_due read its head.
+CREATE INDEX IF NOT EXISTS fenceq__jobs_later_idx
+    ON fenceq__jobs (queue, run_at)
+    WHERE status = 'pending' AND scheduled;
 -- Claimed jobs: reap and queue_stats read them without terminal history.
 CREATE INDEX IF NOT EXISTS fenceq__jobs_claimed_idx
     ON fenceq__jobs (queue, lease_expires_at)
@@ -334,4 +349,4 @@ SELECT d.job_id, d.depends_on, d.satisfied
   FROM fenceq__dependencies AS d;
 
 -- The schema version, read by version.sql.
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;

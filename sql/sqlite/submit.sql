@@ -214,7 +214,7 @@ UPDATE fenceq__jobs
        SELECT w.job_id FROM down AS w);
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, status, max_attempts, run_at, expires_at,
                           submission_id, fingerprint, active_key, created_at, concurrency_key,
-                          blocked_by, blocked_run_at, last_error, finished_at)
+                          blocked_by, blocked_run_at, last_error, finished_at, scheduled)
 SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0),
        CASE WHEN t.dependency_failed THEN 'cancelled' ELSE 'pending' END,
        coalesce(:max_attempts, q.max_attempts),
@@ -230,7 +230,11 @@ SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0)
        CASE WHEN t.blocked_by IS NOT NULL THEN coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
                                                          + CAST(substr(:run_at, 21, 6) AS INTEGER)), t.now) END,
        CASE WHEN t.dependency_failed THEN 'dependency_failed' END,
-       CASE WHEN t.dependency_failed THEN t.now END
+       CASE WHEN t.dependency_failed THEN t.now END,
+       -- Waits apart (version 5) while blocked or due later.
+       NOT coalesce(t.dependency_failed, 0)
+       AND (t.blocked_by IS NOT NULL OR coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
+                                                  + CAST(substr(:run_at, 21, 6) AS INTEGER)) > t.now, 0))
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)

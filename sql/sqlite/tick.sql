@@ -141,9 +141,10 @@ SELECT t.submission_id, t.fingerprint, t.job_id, t.queue, t.now
   FROM temp.fenceq_tick AS t
  WHERE t.action = 'new';
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, max_attempts, run_at, submission_id,
-                          fingerprint, active_key, created_at)
+                          fingerprint, active_key, created_at, scheduled)
 SELECT t.job_id, s.queue, s.task, s.payload, coalesce(s.priority, 0), coalesce(s.max_attempts, q.max_attempts),
-       t.occurrence, t.submission_id, t.fingerprint, s.active_key, t.now
+       t.occurrence, t.submission_id, t.fingerprint, s.active_key, t.now,
+       t.occurrence > t.now  -- an occurrence still ahead waits apart (version 5)
   FROM temp.fenceq_tick AS t
   JOIN fenceq__schedules AS s ON s.schedule = t.schedule
   JOIN fenceq__queues AS q ON q.queue = s.queue

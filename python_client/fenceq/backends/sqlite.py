@@ -36,7 +36,7 @@ from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, co
 from .results import Kind, answer
 from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -76,7 +76,7 @@ _QUEUE_FILTER = "(:queue IS NULL OR t.queue = :queue)"
 # A job waiting on dependencies is listed at the run_at it asked for (as
 # fenceq_jobs shows it), not at the year-10000 run_at it waits at.
 _SHOWN_RUN_AT = "coalesce(t.blocked_run_at, t.run_at)"
-_PENDING_BRANCH = ("SELECT * FROM (" + _JOBS_BY.format(index="fenceq__jobs_claim_idx")
+_PENDING_BRANCH = ("SELECT * FROM (" + _JOBS_BY.format(index="fenceq__jobs_pending_idx")
                    + " WHERE t.status = 'pending' AND t.queue = :queue AND {after} AND " + _TASK_FILTER
                    + f" ORDER BY t.priority DESC, {_SHOWN_RUN_AT}, t.job_id LIMIT :limit)")
 _PENDING_AFTER = (f"t.priority = :after_priority AND {_SHOWN_RUN_AT} = {_micros(':after_run_at')}"
@@ -638,7 +638,8 @@ EXPECTED_COLUMNS = {
         "created_at": ("INTEGER", True), "finished_at": ("INTEGER", False),
         "concurrency_key": ("TEXT", False),
         "progress": ("TEXT", False), "progress_at": ("INTEGER", False),
-        "blocked_by": ("INTEGER", False), "blocked_run_at": ("INTEGER", False)},
+        "blocked_by": ("INTEGER", False), "blocked_run_at": ("INTEGER", False),
+        "scheduled": ("INTEGER", True)},
     "fenceq__submissions": {
         "submission_id": ("TEXT", True), "fingerprint": ("TEXT", True), "job_id": ("TEXT", True),
         "queue": ("TEXT", True), "created_at": ("INTEGER", True)},
@@ -676,6 +677,7 @@ EXPECTED_COLUMNS["fenceq__dependencies"] = {
 EXPECTED_DEFAULTS = {
     ("fenceq__jobs", "status"): "'pending'", ("fenceq__jobs", "attempts"): "0",
     ("fenceq__jobs", "generation"): "0", ("fenceq__jobs", "cancel_requested"): "0",
+    ("fenceq__jobs", "scheduled"): "0",
     ("fenceq__queues", "paused"): "0", ("fenceq__queues", "notify"): "1",
     ("fenceq__queues", "notify_done"): "0",
 }

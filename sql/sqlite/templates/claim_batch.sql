@@ -18,14 +18,26 @@
 -- Differs from PostgreSQL in that there is no SKIP LOCKED: BEGIN
 -- IMMEDIATE serialises writers on the whole file, so concurrent claimers
 -- take turns (waiting up to the busy timeout) and still never get the same
--- job; order is strict across callers too. Each queue's head is read
--- through the partial claim index, then the heads are merged. A claim time
--- beyond year 9999 raises 22008 (PostgreSQL: timestamp out of range).
+-- job; order is strict across callers too. Each queue's jobs that fell
+-- due are moved from the later set to the ready set first (a plain bounded
+-- UPDATE: no row is locked or skipped), then each queue's heads are read
+-- through the partial claim index over its ready jobs, and the heads are
+-- merged. A claim time beyond year 9999 raises 22008 (PostgreSQL:
+-- timestamp out of range).
 {{error_table}}
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
     lease INTEGER NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_claim;
+-- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
+-- and the claim use the same reading, so a job due by it is claimable.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_clock (
+    id INTEGER PRIMARY KEY CHECK (id = 1), now INTEGER NOT NULL);
+INSERT OR REPLACE INTO temp.fenceq_claim_clock (id, now)
+SELECT 1, {{now}};
+-- Before the checks: a failed check rolls the move back with the rest, and
+-- a malformed queue array moves nothing.
+{{move_due({{as_json_array(:queues)}}, (SELECT c.now FROM temp.fenceq_claim_clock AS c))}}
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF100' AS sqlstate,
@@ -63,7 +75,8 @@ SELECT sqlstate, message FROM (
 -- token), merged in claim order and paired with the tokens. The tokens are
 -- materialised with a computed ord, which SQLite indexes for the join: a
 -- join on json_each's own key rescans the array for every head.
-WITH {{clock}},
+WITH clock(now) AS MATERIALIZED (
+        SELECT c.now FROM temp.fenceq_claim_clock AS c),
      heads AS (
         {{queue_heads(coalesce(json_array_length({{as_json_array(:claim_tokens)}}), 0), {{as_json_array(:queues)}})}}),
      tokens AS MATERIALIZED (

@@ -19,19 +19,30 @@
 -- Differs from PostgreSQL in that there is no SKIP LOCKED: BEGIN
 -- IMMEDIATE serialises writers on the whole file, so concurrent claimers
 -- take turns (waiting up to the busy timeout) and still never get the same
--- job; order is strict across callers too. Each queue's head is read
--- through the partial claim index, then the heads are merged. A claim time
--- beyond year 9999 raises 22008 (PostgreSQL: timestamp out of range).
+-- job; order is strict across callers too. Each queue's jobs that fell
+-- due are moved from the later set to the ready set first (a plain bounded
+-- UPDATE: no row is locked or skipped), then each queue's head is read
+-- through the partial claim index over its ready jobs, and the heads are
+-- merged. A claim time beyond year 9999 raises 22008 (PostgreSQL:
+-- timestamp out of range).
 -- One scratch row per connection (temp.fenceq_claim_next, overwritten by
--- each call): the first failing check in this order (sqlstate, message),
--- else the chosen job (seq, its generation, the lease) and the clock
--- reading. The writes are guarded by its sqlstate being NULL.
+-- each call): the clock reading, then the first failing check in this
+-- order (sqlstate, message), else the chosen job (seq, its generation, the
+-- lease). The writes are guarded by its sqlstate being NULL.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_next (
     id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT,
     seq INTEGER, generation INTEGER, lease INTEGER, now INTEGER NOT NULL);
+-- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
+-- and the claim use the same reading, so a job due by it is claimable.
+INSERT OR REPLACE INTO temp.fenceq_claim_next (id, now)
+SELECT 1, {{now}};
+-- Before the checks: a failed check rolls the move back with the rest, and
+-- a malformed queue array moves nothing.
+{{move_due({{as_json_array(:queues)}}, (SELECT c.now FROM temp.fenceq_claim_next AS c))}}
 -- The checks, then each active queue's head row through the claim index,
 -- merged in claim order; then the head's own checks.
-WITH {{clock}},
+WITH clock(now) AS MATERIALIZED (
+        SELECT c.now FROM temp.fenceq_claim_next AS c),
      doc(doc) AS MATERIALIZED (
         SELECT CASE WHEN typeof(:queues) = 'text' AND json_valid(:queues)
                     THEN CASE WHEN json_type(:queues) = 'array' THEN :queues END END),

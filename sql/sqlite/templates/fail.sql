@@ -54,6 +54,8 @@ SELECT '22008', 'fenceq: the retry time is after year 9999'
 UPDATE fenceq__jobs
    SET status = 'pending',
        run_at = coalesce({{utc_text_micros(:retry_at)}}, r.now + r.backoff),
+       -- In back-off, or retried at a time still ahead: waits apart (version 5).
+       scheduled = coalesce({{utc_text_micros(:retry_at)}}, r.now + r.backoff) > r.now,
        last_error = substr(:error, 1, 65536),
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL

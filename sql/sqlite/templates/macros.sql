@@ -321,9 +321,33 @@ UNION ALL SELECT 2, 'QF106', 'fenceq: a fence is malformed'
 
 -- Claims (claim_next, claim_batch, recover_claim) ----------------------------
 
+-- macro: move_due(queues, now)
+-- Move the jobs of each queue of $queues (a JSON array, or NULL) that fell
+-- due by $now from the later set to the ready set (version 5; schema.sql),
+-- at most 1,000 per queue, earliest first, so that the claim that runs
+-- this first finds them in its index with the same clock reading. Each
+-- queue's probe of fenceq__jobs_later_idx stops at its first job not due
+-- yet. When more than 1,000 fell due at once, the rest move on the next
+-- claims, so for that moment the claim order among them is due time first.
+-- Differs from PostgreSQL in that the rows are not locked and skipped
+-- (SKIP LOCKED): BEGIN IMMEDIATE serialises the writers, so a plain bounded
+-- UPDATE is enough.
+UPDATE fenceq__jobs
+   SET scheduled = 0
+ WHERE seq IN (
+       SELECT d.seq
+         FROM json_each($queues) AS a
+         JOIN fenceq__jobs AS d ON d.seq IN (
+              SELECT l.seq FROM fenceq__jobs AS l
+               WHERE l.queue = a.value AND l.status = 'pending' AND l.scheduled
+                 AND l.run_at <= $now
+               ORDER BY l.run_at
+               LIMIT 1000));
+
 -- macro: queue_heads(per_queue, queues)
 -- The first $per_queue eligible jobs of each named, unpaused queue, each
--- read through the partial claim index (a claim merges these heads). A
+-- read through the partial claim index over its ready jobs only (a claim
+-- merges these heads; the caller has moved the jobs that fell due). A
 -- queue with limits (set_queue_limits) offers only what they allow now: at
 -- most max_claimed minus its claimed jobs, at most rate_limit minus its
 -- claims in the last rate_period, and per concurrency_key at most
@@ -335,7 +359,7 @@ SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
   JOIN clock
   JOIN fenceq__jobs AS j ON j.seq IN (
        SELECT h.seq FROM fenceq__jobs AS h
-        WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
+        WHERE h.queue = q.queue AND h.status = 'pending' AND h.scheduled = 0 AND h.run_at <= clock.now
           AND (h.expires_at IS NULL OR h.expires_at > clock.now)
         ORDER BY h.priority DESC, h.run_at, h.seq
         LIMIT $per_queue)
@@ -353,8 +377,8 @@ SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
                           row_number() OVER (PARTITION BY h.concurrency_key
                                              ORDER BY h.priority DESC, h.run_at, h.seq) AS key_rank
                      FROM fenceq__jobs AS h
-                    WHERE h.queue = q.queue AND h.status = 'pending' AND h.run_at <= clock.now
-                      AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
+                    WHERE h.queue = q.queue AND h.status = 'pending' AND h.scheduled = 0
+                      AND h.run_at <= clock.now AND (h.expires_at IS NULL OR h.expires_at > clock.now)) AS h
             WHERE q.max_claimed_per_key IS NULL OR h.concurrency_key IS NULL
                OR h.key_rank + (SELECT count(*) FROM fenceq__jobs AS k
                                  WHERE k.queue = q.queue AND k.status = 'claimed'
@@ -501,7 +525,9 @@ UPDATE fenceq__jobs
        run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
                      THEN max(fenceq__jobs.blocked_run_at, c.now) ELSE fenceq__jobs.run_at END,
        blocked_run_at = CASE WHEN fenceq__jobs.blocked_by = c.n THEN NULL
-                             ELSE fenceq__jobs.blocked_run_at END
+                             ELSE fenceq__jobs.blocked_run_at END,
+       -- Freed: ready when due now, else still waiting apart (version 5).
+       scheduled = fenceq__jobs.blocked_by > c.n OR coalesce(fenceq__jobs.blocked_run_at > c.now, 0)
   FROM (SELECT d.job_id, count(*) AS n,
                {{now}} AS now
           FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on

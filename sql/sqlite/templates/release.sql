@@ -21,6 +21,8 @@ SELECT 'QF105', 'fenceq: run_at must be UTC text within years 0001-9999'
 UPDATE fenceq__jobs
    SET status = 'pending', attempts = attempts - 1,
        run_at = coalesce({{utc_text_micros(:run_at)}}, f.now),
+       -- Released for later: waits apart (version 5).
+       scheduled = coalesce({{utc_text_micros(:run_at)}}, f.now) > f.now,
        {{cleared_claim}}
   FROM temp.fenceq_fence AS f
  WHERE fenceq__jobs.seq = f.seq AND f.live AND NOT f.cancel_requested

@@ -26,7 +26,7 @@ SELECT 'QF202', 'fenceq: the active key is held by another active job'
                 WHERE h.queue = j.queue AND h.active_key = j.active_key AND h.job_id <> j.job_id
                   AND h.status IN ('pending', 'claimed'));
 UPDATE fenceq__jobs
-   SET status = 'pending', attempts = 0, run_at = l.now, finished_at = NULL,
+   SET status = 'pending', attempts = 0, run_at = l.now, scheduled = 0, finished_at = NULL,
        {{cleared_claim}}, cancel_requested = 0, result = NULL
   FROM temp.fenceq_letter AS l
  WHERE fenceq__jobs.job_id = l.job_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);

@@ -350,7 +350,7 @@ UPDATE fenceq__jobs
                        WHERE b.fresh AND NOT coalesce(b.dependency_failed, 0));
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, status, max_attempts, run_at, expires_at,
                           submission_id, fingerprint, active_key, created_at, finished_at, concurrency_key,
-                          blocked_by, blocked_run_at, last_error)
+                          blocked_by, blocked_run_at, last_error, scheduled)
 SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTEGER), 0),
        CASE WHEN b.cancelled OR b.dependency_failed THEN 'cancelled' ELSE 'pending' END,
        coalesce(CAST(b.max_attempts AS INTEGER), q.max_attempts),
@@ -362,7 +362,10 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
        CASE WHEN b.cancelled OR b.dependency_failed THEN b.now END, b.concurrency_key,
        CASE WHEN NOT b.dependency_failed THEN nullif(b.blocked_by, 0) END,
        CASE WHEN b.blocked_by > 0 AND NOT b.dependency_failed THEN coalesce(b.run_at, b.now) END,
-       CASE WHEN b.dependency_failed THEN 'dependency_failed' END
+       CASE WHEN b.dependency_failed THEN 'dependency_failed' END,
+       -- Waits apart (version 5) while pending and blocked or due later.
+       NOT coalesce(b.cancelled OR b.dependency_failed, 0)
+       AND CASE WHEN b.blocked_by > 0 AND NOT b.dependency_failed THEN 1 ELSE coalesce(b.run_at > b.now, 0) END
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
