@@ -8,13 +8,13 @@ goes, line by line of PL/pgSQL, measured by plprofiler (Debian's
 Each workload runs in a database the run creates and drops, called as
 another language would (autocommit, a fresh claim token per claim), after a
 warm-up: one job at a time (``claim_next`` + ``complete``), a batch
-(``claim_batch`` + ``complete_batch``), ``submit`` and ``submit`` with a
-submission id. For each it prints every line of every function that took
-at least ``--min-us`` microseconds per call of the workload; line 0 is the
-function's whole call. Without pg_stat_statements on the server, no
-statement pays for being tracked. A profile is a diagnosis, not a benchmark:
-the plugin's own bookkeeping adds a little to each line, and the run has no
-baseline beside it.
+(``claim_batch``, one ``heartbeat_batch``, ``complete_batch``), ``submit``
+and ``submit`` with a submission id. For each it prints every line of
+every function that took at least ``--min-us`` microseconds per call of
+the workload; line 0 is the function's whole call. Without
+pg_stat_statements on the server, no statement pays for being tracked.
+A profile is a diagnosis, not a benchmark: the plugin's own bookkeeping
+adds a little to each line, and the run has no baseline beside it.
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ def batches(conn: psycopg.Connection, calls: int, batch: int) -> None:
     for _ in range(calls):
         rows = conn.execute("SELECT job_id, generation, claim_token FROM fenceq.claim_batch(%s, 'w', %s)",
                             ([QUEUE], [uuid.uuid4().hex for _ in range(batch)])).fetchall()
+        fences = ([r[0] for r in rows], ["w"] * len(rows), [r[1] for r in rows], [r[2] for r in rows])
+        conn.execute("SELECT fenceq.heartbeat_batch(%s::text[], %s::text[], %s::bigint[], %s::text[])", fences)
         conn.execute("SELECT fenceq.complete_batch(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::jsonb[])",
-                     ([r[0] for r in rows], ["w"] * len(rows), [r[1] for r in rows], [r[2] for r in rows],
-                      ["{}"] * len(rows)))
+                     (*fences, ["{}"] * len(rows)))
 
 
 def submits(conn: psycopg.Connection, calls: int) -> None:
@@ -81,7 +82,7 @@ Workload = Callable[[psycopg.Connection, int], None]
 def workloads(batch: int) -> dict[str, tuple[int, Workload]]:
     """Each workload's jobs to fill per call (outside the profile), and its calls."""
     return {"one job at a time (claim_next + complete)": (1, one_at_a_time),
-            f"batches of {batch} (claim_batch + complete_batch)":
+            f"batches of {batch} (claim_batch + heartbeat_batch + complete_batch)":
                 (batch, lambda conn, calls: batches(conn, calls, batch)),
             "submit": (0, submits),
             "submit with a submission id": (0, owned_submits)}

@@ -2,7 +2,9 @@
 the bare loop, on one server in one run.
 
 Two databases: one migrated by the released steps 0001-0004 only, one by
-every step (the bare loop's table lives in that one). Measured, as
+0001-0005 (the bare loop's table lives in that one); later steps that
+change only function bodies are measured by ``python -m bench.plprofile
+--compare-step``. Measured, as
 bench/v5_layout.py measures (its helpers and its fills):
 
 1. per job, claimed and completed one at a time and 10 at a time, one
@@ -37,9 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from yoyo import get_backend, read_migrations
 
-from fenceq.backends.migrations import PG_MIGRATION_SCHEMA, _yoyo_url_pg, migrations_dir
+from fenceq.backends.migrations import apply_postgres_steps_through as apply_through
 
 from . import db, drivers
 from . import statements as sql
@@ -64,23 +65,10 @@ class Target:
     stats: ServerStats
 
 
-def apply_steps(url: str, wanted) -> None:
-    """Apply the released PostgreSQL steps whose id ``wanted`` accepts, with
-    yoyo (migrate() would apply every step this tree holds)."""
-    with db.connect(url) as conn:
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_MIGRATION_SCHEMA}")
-    backend = get_backend(_yoyo_url_pg(url))
-    try:
-        with backend.lock():
-            steps = read_migrations(str(migrations_dir("postgres"))).filter(lambda m: wanted(m.id))
-            backend.apply_migrations(backend.to_apply(steps))
-    finally:
-        backend.connection.close()
-
-
-def install_v4(url: str) -> None:
-    """db.install's setup on a database that stops at version 4."""
-    apply_steps(url, lambda step: step <= V4_LAST_STEP)
+def install_at(url: str, last_step: str) -> None:
+    """db.install's setup on a database that stops at ``last_step``
+    (migrate() would apply every step this tree holds)."""
+    apply_through(url, last_step)
     with db.connect(url) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute(sql.BARE_SCHEMA)
@@ -294,7 +282,7 @@ def upgrade_step(server_url: str, jobs: int) -> dict:
     dbname = f"fenceq_v4_v5_upgrade_{jobs}"
     url = db.recreate_database(server_url, dbname)
     try:
-        install_v4(url)
+        install_at(url, V4_LAST_STEP)
         with db.connect(url) as admin:
             filled = time.perf_counter()
             fill_for_upgrade(admin, jobs)
@@ -315,7 +303,7 @@ def upgrade_step(server_url: str, jobs: int) -> dict:
             def apply_step() -> None:
                 step["started"] = time.perf_counter()
                 try:
-                    apply_steps(url, lambda step_id: step_id == V5_STEP)
+                    apply_through(url, V5_STEP)
                 except Exception as error:  # reported, not raised: the run goes on
                     step["error"] = repr(error)
                 step["ended"] = time.perf_counter()
@@ -509,8 +497,8 @@ def main(argv: list[str] | None = None) -> int:
 
     urls = {"v4": db.recreate_database(args.url, "fenceq_v4_v5_v4"),
             "v5": db.recreate_database(args.url, "fenceq_v4_v5_v5")}
-    install_v4(urls["v4"])
-    db.install(urls["v5"], [QUEUE, SUBMIT_QUEUE])
+    install_at(urls["v4"], V4_LAST_STEP)
+    install_at(urls["v5"], V5_STEP)
     admins = {name: db.connect(url) for name, url in urls.items()}
     try:
         stats = {name: ServerStats(conn) for name, conn in admins.items()}
