@@ -488,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submit-batches", type=int, default=10, help="timed submit_batch calls per system")
     parser.add_argument("--upgrade-sizes", default="100000",
                         help="comma-separated job counts of the version 4 databases the step upgrades")
-    parser.add_argument("--out", type=Path, default=Path("bench/runs/v4-v5.json"))
+    parser.add_argument("--out", type=Path, default=Path("bench/runs/v4-v5.json"),
+                        help="the JSON record; its tables are written beside it (.md)")
     parser.add_argument("--markdown", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args(argv)
     if args.markdown:
@@ -539,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["upgrade"].append(upgrade_step(args.url, jobs))
         print("upgrade:", json.dumps(figures["upgrade"][-1]), flush=True)
     args.out.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    # Its tables beside it, so that the record and its reading never disagree.
+    args.out.with_suffix(".md").write_text(markdown(figures) + "\n", encoding="utf-8")
     return 0
 
 
