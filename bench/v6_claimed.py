@@ -1,0 +1,127 @@
+"""design-v5.md §1's layout under version 5's own hot functions (the
+laboratory bench/v6_claimed_proto.sql) beside version 5, on one server.
+
+    python -m bench.v6_claimed --url postgresql://postgres@127.0.0.1:54339/postgres [--jobs N] [--rounds R]
+
+The server needs pg_stat_statements preloaded (the `make bench` server).
+Each round makes one database per system (migration steps through 0005;
+for the laboratory, then bench/v6_claimed_proto.sql), submits N jobs,
+VACUUMs, takes a CHECKPOINT, resets pg_stat_statements, then drains them on
+one connection: one job at a time (claim_next, complete) and in batches of
+16 (claim_batch, complete_batch). Reported per job: server time of the
+top-level calls (pg_stat_statements), WAL bytes (pg_current_wal_lsn), and
+heap inserts, updates, HOT updates and deletes over fenceq's tables
+(pg_stat_all_tables). The systems alternate their order between rounds;
+figures are medians. design-v5.md §11 has a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from fenceq.backends.migrations import apply_postgres_steps_through
+
+PROTO = Path(__file__).with_name("v6_claimed_proto.sql")
+SYSTEMS = {"version 5": False, "§1 layout": True}
+BATCHES = (1, 16)
+TABLE_WRITES = ("SELECT sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_hot_upd), sum(n_tup_del)"
+                " FROM pg_stat_all_tables WHERE schemaname = 'fenceq'")
+
+
+def install(url: str, proto: bool, jobs: int) -> None:
+    """Version 5 with `jobs` pending jobs in queue 'q', then the laboratory
+    on top when `proto`."""
+    apply_postgres_steps_through(url, "0005_fenceq_v5")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT fenceq.create_queue('q')")
+        conn.execute("SELECT fenceq.submit_batch('q', (SELECT jsonb_agg(jsonb_build_object("
+                     "'task', 't', 'payload', jsonb_build_object('i', i))) FROM generate_series(1, %s) AS i))",
+                     (jobs,))
+        if proto:
+            conn.execute(PROTO.read_text(encoding="utf-8"))
+
+
+def drain(conn: psycopg.Connection, jobs: int, batch: int) -> int:
+    """Claim and complete until `jobs` are done or nothing is claimed."""
+    done = 0
+    while done < jobs:
+        if batch == 1:
+            row = conn.execute("SELECT job_id, owner_id, generation, claim_token"
+                               " FROM fenceq.claim_next(ARRAY['q'], 'w', %s)", (uuid.uuid4().hex,)).fetchone()
+            if row is None:
+                break
+            conn.execute("SELECT fenceq.complete(%s, %s, %s, %s)", row)
+            done += 1
+            continue
+        rows = conn.execute("SELECT job_id, owner_id, generation, claim_token"
+                            " FROM fenceq.claim_batch(ARRAY['q'], 'w', %s)",
+                            ([uuid.uuid4().hex for _ in range(batch)],)).fetchall()
+        if not rows:
+            break
+        conn.execute("SELECT fenceq.complete_batch(%s, %s, %s, %s)", [list(col) for col in zip(*rows)])
+        done += len(rows)
+    return done
+
+
+def measure(base: str, proto: bool, jobs: int, batch: int) -> dict[str, float]:
+    name = "v6claimed_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = base.rsplit("/", 1)[0] + "/" + name
+    try:
+        install(url, proto, jobs)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("VACUUM ANALYZE")
+            conn.execute("CHECKPOINT")
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            before = conn.execute(TABLE_WRITES).fetchone()
+            conn.execute("SELECT pg_stat_statements_reset()")
+            lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+            if drain(conn, jobs, batch) != jobs:
+                raise RuntimeError("the drain stopped short")
+            wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0]
+            server_ms = conn.execute(
+                "SELECT sum(total_exec_time) FROM pg_stat_statements"
+                " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND (query LIKE '%%fenceq.claim%%' OR query LIKE '%%fenceq.complete%%')").fetchone()[0]
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            time.sleep(0.6)  # the statistics collector's flush interval
+            after = conn.execute(TABLE_WRITES).fetchone()
+        inserts, updates, hot, deletes = ((b - a) / jobs for a, b in zip(before, after))
+        return {"server_us": server_ms * 1000 / jobs, "wal": float(wal) / jobs,
+                "inserts": inserts, "updates": updates, "hot": hot, "deletes": deletes}
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    for batch in BATCHES:
+        runs: dict[str, list[dict[str, float]]] = {s: [] for s in SYSTEMS}
+        for r in range(args.rounds):
+            for system in (list(SYSTEMS) if r % 2 == 0 else list(reversed(SYSTEMS))):
+                runs[system].append(measure(args.url, SYSTEMS[system], args.jobs, batch))
+        print(f"\n| per job, batches of {batch} | " + " | ".join(SYSTEMS) + " |")
+        print("|---|" + "---:|" * len(SYSTEMS))
+        for key, label, fmt in (("server_us", "server time (µs, claim + complete calls)", "{:.0f}"),
+                                ("wal", "WAL bytes", "{:,.0f}"),
+                                ("inserts", "heap inserts", "{:.2f}"), ("updates", "updates", "{:.2f}"),
+                                ("hot", "of them HOT", "{:.2f}"), ("deletes", "deletes", "{:.2f}")):
+            cells = [fmt.format(statistics.median(x[key] for x in runs[s])) for s in SYSTEMS]
+            print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
