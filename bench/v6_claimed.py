@@ -13,14 +13,26 @@ top-level calls (pg_stat_statements), WAL bytes (pg_current_wal_lsn), and
 heap inserts, updates, HOT updates and deletes over fenceq's tables
 (pg_stat_all_tables). The systems alternate their order between rounds;
 figures are medians. design-v5.md §11 has a run.
+
+    python -m bench.v6_claimed --url URL --wal-records --waldir DIR [--jobs N]
+
+instead drains N jobs one at a time per system after a CHECKPOINT and
+breaks their WAL down by relation and record type with pg_waldump (DIR is
+the server's pg_wal, readable by this user).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import re
+import shutil
 import statistics
+import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -69,7 +81,10 @@ def drain(conn: psycopg.Connection, jobs: int, batch: int) -> int:
     return done
 
 
-def measure(base: str, proto: bool, jobs: int, batch: int) -> dict[str, float]:
+@contextlib.contextmanager
+def prepared(base: str, proto: bool, jobs: int) -> Iterator[psycopg.Connection]:
+    """A connection to a database of its own, installed, vacuumed and
+    checkpointed; the database is dropped afterwards."""
     name = "v6claimed_" + uuid.uuid4().hex[:8]
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
@@ -77,29 +92,61 @@ def measure(base: str, proto: bool, jobs: int, batch: int) -> dict[str, float]:
     try:
         install(url, proto, jobs)
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             conn.execute("VACUUM ANALYZE")
             conn.execute("CHECKPOINT")
-            conn.execute("SELECT pg_stat_force_next_flush()")
-            before = conn.execute(TABLE_WRITES).fetchone()
-            conn.execute("SELECT pg_stat_statements_reset()")
-            lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-            if drain(conn, jobs, batch) != jobs:
-                raise RuntimeError("the drain stopped short")
-            wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0]
-            server_ms = conn.execute(
-                "SELECT sum(total_exec_time) FROM pg_stat_statements"
-                " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                " AND (query LIKE '%%fenceq.claim%%' OR query LIKE '%%fenceq.complete%%')").fetchone()[0]
-            conn.execute("SELECT pg_stat_force_next_flush()")
-            time.sleep(0.6)  # the statistics collector's flush interval
-            after = conn.execute(TABLE_WRITES).fetchone()
-        inserts, updates, hot, deletes = ((b - a) / jobs for a, b in zip(before, after))
-        return {"server_us": server_ms * 1000 / jobs, "wal": float(wal) / jobs,
-                "inserts": inserts, "updates": updates, "hot": hot, "deletes": deletes}
+            yield conn
     finally:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def measure(base: str, proto: bool, jobs: int, batch: int) -> dict[str, float]:
+    with prepared(base, proto, jobs) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        before = conn.execute(TABLE_WRITES).fetchone()
+        conn.execute("SELECT pg_stat_statements_reset()")
+        lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        if drain(conn, jobs, batch) != jobs:
+            raise RuntimeError("the drain stopped short")
+        wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0]
+        server_ms = conn.execute(
+            "SELECT sum(total_exec_time) FROM pg_stat_statements"
+            " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND (query LIKE '%%fenceq.claim%%' OR query LIKE '%%fenceq.complete%%')").fetchone()[0]
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.6)  # the statistics collector's flush interval
+        after = conn.execute(TABLE_WRITES).fetchone()
+    inserts, updates, hot, deletes = ((b - a) / jobs for a, b in zip(before, after))
+    return {"server_us": server_ms * 1000 / jobs, "wal": float(wal) / jobs,
+            "inserts": inserts, "updates": updates, "hot": hot, "deletes": deletes}
+
+
+def wal_records(base: str, proto: bool, jobs: int, waldir: str) -> list[tuple[str, str, float, float]]:
+    """(relation, record type, bytes per job, records per job) of a drain
+    one at a time, largest first."""
+    with prepared(base, proto, jobs) as conn:
+        relations = dict(conn.execute("SELECT relfilenode::text, relname FROM pg_class"
+                                      " WHERE relnamespace = 'fenceq'::regnamespace").fetchall())
+        start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        drain(conn, jobs, 1)
+        end = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        # Before the database is dropped: DROP DATABASE's checkpoint may
+        # recycle the segments.
+        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+        waldump = shutil.which("pg_waldump") or f"{bindir}/pg_waldump"
+        dump = subprocess.run([waldump, "-p", waldir, "-s", str(start), "-e", str(end)],
+                              capture_output=True, text=True, check=True).stdout
+    totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for line in dump.splitlines():
+        record = re.search(r"len \(rec/tot\):\s+\d+/\s*(\d+),.*desc: (\w+)", line)
+        if record is None:
+            continue
+        relation = re.search(r"rel \d+/\d+/(\d+)", line)
+        key = (relations.get(relation.group(1), "(other)") if relation else "(none)", record.group(2))
+        totals[key][0] += int(record.group(1)) / jobs
+        totals[key][1] += 1 / jobs
+    return sorted(((rel, kind, b, n) for (rel, kind), (b, n) in totals.items()), key=lambda r: -r[2])
 
 
 def main() -> None:
@@ -107,7 +154,20 @@ def main() -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--wal-records", action="store_true")
+    parser.add_argument("--waldir")
     args = parser.parse_args()
+    if args.wal_records:
+        for system, proto in SYSTEMS.items():
+            rows = wal_records(args.url, proto, args.jobs, args.waldir)
+            own = sum(r[2] for r in rows if r[0] != "(other)")
+            print(f"\n{system}: {own:,.0f} WAL bytes per job, one at a time, in fenceq's relations and"
+                  f" the commits ({sum(r[2] for r in rows):,.0f} with the rest of the server's)\n")
+            print("| relation | record | bytes per job | records per job |\n|---|---|---:|---:|")
+            for relation, kind, size, count in rows:
+                if size >= 5:
+                    print(f"| {relation} | {kind} | {size:,.0f} | {count:.2f} |")
+        return
     for batch in BATCHES:
         runs: dict[str, list[dict[str, float]]] = {s: [] for s in SYSTEMS}
         for r in range(args.rounds):
