@@ -56,3 +56,8 @@ LANGUAGE sql AS $$
     SELECT fenceq.cancel_matching(iso.id(q), include_claimed => true, force => true)
       FROM unnest(queues) AS q
 $$;
+
+-- A job id of this permutation without its permutation's suffix, for
+-- output that names which job a call got ('j-7' -> 'j').
+CREATE FUNCTION iso.name(job_id text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT regexp_replace(job_id, '-[0-9]+$', '') $$;
