@@ -19,6 +19,12 @@ figures are medians. design-v5.md §11 has a run.
 instead drains N jobs one at a time per system after a CHECKPOINT and
 breaks their WAL down by relation and record type with pg_waldump (DIR is
 the server's pg_wal, readable by this user).
+
+    python -m bench.v6_claimed --url URL --interleaved [--jobs N] [--rounds R]
+
+instead prepares one database per system and drains them side by side,
+call by call, alternating which goes first, so that both meet the same load
+on a shared machine: server time per job only (the WAL of the two mixes).
 """
 
 from __future__ import annotations
@@ -122,6 +128,27 @@ def measure(base: str, proto: bool, jobs: int, batch: int) -> dict[str, float]:
             "inserts": inserts, "updates": updates, "hot": hot, "deletes": deletes}
 
 
+def interleaved(base: str, jobs: int, batch: int) -> dict[str, float]:
+    """Server µs per job of each system, drained side by side."""
+    with contextlib.ExitStack() as stack:
+        conns = {system: stack.enter_context(prepared(base, proto, jobs)) for system, proto in SYSTEMS.items()}
+        for conn in conns.values():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        next(iter(conns.values())).execute("SELECT pg_stat_statements_reset()")
+        done = dict.fromkeys(conns, 0)
+        step = 0
+        while min(done.values()) < jobs:
+            order = list(conns) if step % 2 == 0 else list(reversed(conns))
+            for system in order:
+                done[system] += drain(conns[system], min(batch, jobs - done[system]), batch)
+            step += 1
+        return {system: conn.execute(
+            "SELECT sum(total_exec_time) * 1000 / %s FROM pg_stat_statements"
+            " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND (query LIKE '%%fenceq.claim%%' OR query LIKE '%%fenceq.complete%%')", (jobs,)).fetchone()[0]
+            for system, conn in conns.items()}
+
+
 def wal_records(base: str, proto: bool, jobs: int, waldir: str) -> list[tuple[str, str, float, float]]:
     """(relation, record type, bytes per job, records per job) of a drain
     one at a time, largest first."""
@@ -156,7 +183,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--wal-records", action="store_true")
     parser.add_argument("--waldir")
+    parser.add_argument("--interleaved", action="store_true")
     args = parser.parse_args()
+    if args.interleaved:
+        for batch in BATCHES:
+            runs = [interleaved(args.url, args.jobs, batch) for _ in range(args.rounds)]
+            cells = " | ".join(f"{statistics.median(r[s] for r in runs):.0f}" for s in SYSTEMS)
+            ratios = ", ".join(f"{r['§1 layout'] / r['version 5']:.2f}" for r in runs)
+            print(f"batches of {batch}: server µs per job, " + " | ".join(SYSTEMS) + f": {cells}"
+                  f" (§1 ÷ version 5 per round: {ratios})")
+        return
     if args.wal_records:
         for system, proto in SYSTEMS.items():
             rows = wal_records(args.url, proto, args.jobs, args.waldir)

@@ -88,7 +88,8 @@ BEGIN
 END
 $$;
 
--- The claim of n jobs of one queue, shared by both claims: pick the
+-- claim_batch's usual call, n jobs of one queue (claim_next has its own
+-- single statement, as in version 5): pick the
 -- queue's due heads (their _ready rows locked, SKIP LOCKED), read the clock
 -- once they are held, delete them from _ready and insert the claims (token
 -- i to the i-th job), then answer with the claim rows in claim order.
@@ -166,6 +167,9 @@ BEGIN
 END
 $$;
 
+-- claim_next: as version 5's usual path, one statement (the pick, the
+-- clock above the lock, the _ready delete and the _claimed insert), then the
+-- ledger probe in a later statement (design-v5.md §2).
 CREATE OR REPLACE FUNCTION fenceq.claim_next(
     queues text[], owner_id text, claim_token text,
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
@@ -176,7 +180,9 @@ SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_claims fenceq.claim[];
+    v_now timestamptz;
+    v_claim fenceq.claim[];
+    v_old_generation bigint;
 BEGIN
     IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
                     AND length(claim_next.queues[1]) BETWEEN 1 AND 255
@@ -186,12 +192,67 @@ BEGIN
                     AND fenceq._is_plain_duration(claim_next.budget), false) THEN
         RAISE EXCEPTION 'the laboratory builds the usual call only';
     END IF;
-    v_claims := fenceq._claim_usual(claim_next.queues[1], claim_next.owner_id, ARRAY[claim_next.claim_token],
-                                    claim_next.lease, claim_next.budget);
-    IF v_claims IS NULL AND NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
-        PERFORM fenceq._raise('QF101', 'unknown queue');
+    v_now := clock_timestamp();
+    IF EXISTS (SELECT 1 FROM fenceq._ready AS l
+                WHERE l.queue = claim_next.queues[1] AND l.scheduled AND l.run_at <= v_now) THEN
+        PERFORM fenceq._move_due(claim_next.queues[1], v_now);
     END IF;
-    RETURN QUERY SELECT * FROM unnest(v_claims);
+    WITH queue AS MATERIALIZED (
+        SELECT q.lease FROM fenceq._queues AS q
+         WHERE q.queue = claim_next.queues[1] AND NOT q.paused
+           AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
+    picked AS MATERIALIZED (
+        SELECT p.ready, p.job_id, clock_timestamp() AS locked_at FROM (
+            SELECT r.ctid AS ready, r.job_id
+              FROM fenceq._ready AS r
+             WHERE r.queue = claim_next.queues[1] AND NOT r.scheduled AND r.run_at <= v_now
+               AND (r.expires_at IS NULL OR r.expires_at > v_now)
+               AND EXISTS (SELECT 1 FROM queue)
+             ORDER BY r.priority DESC, r.run_at, r.seq
+             LIMIT 1
+               FOR UPDATE OF r SKIP LOCKED) AS p),
+    unready AS (
+        DELETE FROM fenceq._ready AS r USING picked AS p WHERE r.ctid = p.ready),
+    claimed AS (
+        INSERT INTO fenceq._claimed AS c (claim_token, job_id, queue, owner_id, generation, attempt,
+                                         lease, lease_expires_at, budget_expires_at, claimed_at)
+        SELECT claim_next.claim_token, p.job_id, claim_next.queues[1], claim_next.owner_id,
+               CASE WHEN j.generation < 9223372036854775807 THEN j.generation + 1 ELSE j.generation END,
+               j.attempts + 1, coalesce(claim_next.lease, q.lease),
+               least(p.locked_at + coalesce(claim_next.lease, q.lease), p.locked_at + claim_next.budget),
+               p.locked_at + claim_next.budget, p.locked_at
+          FROM picked AS p
+          JOIN fenceq._jobs AS j ON j.job_id = p.job_id, queue AS q
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING c.*)
+    SELECT ARRAY[ROW(c.job_id, j.queue, j.task, j.payload, j.priority, c.attempt, j.max_attempts,
+                     c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                     false, j.submission_id, '{}'::jsonb)::fenceq.claim], j.generation
+      INTO v_claim, v_old_generation
+      FROM claimed AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id;
+    -- Its own statement, begun after the insert above waited on any
+    -- transaction that held this token (design-v5.md §2).
+    IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_next.claim_token) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_claim IS NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = claim_next.queues[1]) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        -- A live token: the insert above found it (and the pick, if any,
+        -- is rolled back with this refusal).
+        IF EXISTS (SELECT 1 FROM fenceq._claimed AS c WHERE c.claim_token = claim_next.claim_token) THEN
+            PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+        END IF;
+        RETURN;
+    END IF;
+    IF v_old_generation = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    IF v_claim[1].generation > 1 THEN
+        v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
+    END IF;
+    RETURN NEXT v_claim[1];
 END
 $$;
 
