@@ -21,6 +21,9 @@
 -- _claims its token key. Only the usual calls are built (one queue, no
 -- lease or budget in claim_batch, no limits); anything else raises. Every
 -- other function is left as version 5 has it and is wrong on this layout.
+-- Its bodies are version 5's (sql/postgres/050_workers.sql), copied on
+-- purpose and changed only where the layout differs, so that the comparison
+-- measures the layout and not the checks.
 -- Its functions turn hash and merge joins off: the generic plans of their
 -- CTE joins otherwise read all of _jobs into a hash (the product would
 -- write those joins as LATERAL primary-key probes, as heartbeat_batch does).
