@@ -14,11 +14,12 @@ heap inserts, updates, HOT updates and deletes over fenceq's tables
 (pg_stat_all_tables). The systems alternate their order between rounds;
 figures are medians. design-v5.md §11 has a run.
 
-    python -m bench.v6_claimed --url URL --wal-records --waldir DIR [--jobs N]
+    python -m bench.v6_claimed --url URL --wal-records [--jobs N]
 
 instead drains N jobs one at a time per system after a CHECKPOINT and
-breaks their WAL down by relation and record type with pg_waldump (DIR is
-the server's pg_wal, readable by this user).
+breaks their WAL down by relation and record type with pg_waldump, read
+from the server's data directory (so on the same machine, as root or the
+server's user).
 
     python -m bench.v6_claimed --url URL --interleaved [--jobs N] [--rounds R]
 
@@ -33,7 +34,6 @@ import argparse
 import collections
 import contextlib
 import re
-import shutil
 import statistics
 import subprocess
 import time
@@ -43,11 +43,15 @@ from pathlib import Path
 
 import psycopg
 
+from bench.serverstats import find_waldump
 from fenceq.backends.migrations import apply_postgres_steps_through
 
 PROTO = Path(__file__).with_name("v6_claimed_proto.sql")
 SYSTEMS = {"version 5": False, "§1 layout": True}
 BATCHES = (1, 16)
+SERVER_MS = ("SELECT sum(total_exec_time) FROM pg_stat_statements"
+             " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+             " AND (query LIKE '%fenceq.claim%' OR query LIKE '%fenceq.complete%')")
 TABLE_WRITES = ("SELECT sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_hot_upd), sum(n_tup_del)"
                 " FROM pg_stat_all_tables WHERE schemaname = 'fenceq'")
 
@@ -116,10 +120,7 @@ def measure(base: str, proto: bool, jobs: int, batch: int) -> dict[str, float]:
         if drain(conn, jobs, batch) != jobs:
             raise RuntimeError("the drain stopped short")
         wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0]
-        server_ms = conn.execute(
-            "SELECT sum(total_exec_time) FROM pg_stat_statements"
-            " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND (query LIKE '%%fenceq.claim%%' OR query LIKE '%%fenceq.complete%%')").fetchone()[0]
+        server_ms = conn.execute(SERVER_MS).fetchone()[0]
         conn.execute("SELECT pg_stat_force_next_flush()")
         time.sleep(0.6)  # the statistics collector's flush interval
         after = conn.execute(TABLE_WRITES).fetchone()
@@ -142,27 +143,23 @@ def interleaved(base: str, jobs: int, batch: int) -> dict[str, float]:
             for system in order:
                 done[system] += drain(conns[system], min(batch, jobs - done[system]), batch)
             step += 1
-        return {system: conn.execute(
-            "SELECT sum(total_exec_time) * 1000 / %s FROM pg_stat_statements"
-            " WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND (query LIKE '%%fenceq.claim%%' OR query LIKE '%%fenceq.complete%%')", (jobs,)).fetchone()[0]
-            for system, conn in conns.items()}
+        return {system: conn.execute(SERVER_MS).fetchone()[0] * 1000 / jobs for system, conn in conns.items()}
 
 
-def wal_records(base: str, proto: bool, jobs: int, waldir: str) -> list[tuple[str, str, float, float]]:
+def wal_records(base: str, proto: bool, jobs: int) -> list[tuple[str, str, float, float]]:
     """(relation, record type, bytes per job, records per job) of a drain
     one at a time, largest first."""
     with prepared(base, proto, jobs) as conn:
         relations = dict(conn.execute("SELECT relfilenode::text, relname FROM pg_class"
                                       " WHERE relnamespace = 'fenceq'::regnamespace").fetchall())
+        waldir = Path(conn.execute("SHOW data_directory").fetchone()[0], "pg_wal")
         start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         drain(conn, jobs, 1)
         end = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         # Before the database is dropped: DROP DATABASE's checkpoint may
         # recycle the segments.
-        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
-        waldump = shutil.which("pg_waldump") or f"{bindir}/pg_waldump"
-        dump = subprocess.run([waldump, "-p", waldir, "-s", str(start), "-e", str(end)],
+        dump = subprocess.run([find_waldump() or "pg_waldump", "-p", str(waldir),
+                               "-s", str(start), "-e", str(end)],
                               capture_output=True, text=True, check=True).stdout
     totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for line in dump.splitlines():
@@ -182,7 +179,6 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--wal-records", action="store_true")
-    parser.add_argument("--waldir")
     parser.add_argument("--interleaved", action="store_true")
     args = parser.parse_args()
     if args.interleaved:
@@ -195,7 +191,7 @@ def main() -> None:
         return
     if args.wal_records:
         for system, proto in SYSTEMS.items():
-            rows = wal_records(args.url, proto, args.jobs, args.waldir)
+            rows = wal_records(args.url, proto, args.jobs)
             own = sum(r[2] for r in rows if r[0] != "(other)")
             print(f"\n{system}: {own:,.0f} WAL bytes per job, one at a time, in fenceq's relations and"
                   f" the commits ({sum(r[2] for r in rows):,.0f} with the rest of the server's)\n")
