@@ -138,6 +138,13 @@ def json_text(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"payload is not valid JSON ({error.msg} at column {error.colno})") from None
 
 
+def process_count(text: str) -> int:
+    """A number of processes, or 'auto' for the machine's cores."""
+    if text.strip().lower() == "auto":
+        return os.cpu_count() or 1
+    return positive_int(text)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -469,7 +476,10 @@ class WorkerOption:
 WORKER_OPTIONS = (
     WorkerOption(("-q", "--queue"), queue_list, None, "the app's queues",
                  "queue to serve (repeatable; the variable takes names separated by commas)"),
-    WorkerOption(("-c", "--concurrency"), positive_int, 1, "1", "jobs at once"),
+    WorkerOption(("-c", "--concurrency"), positive_int, 1, "1", "jobs at once (in each process)"),
+    WorkerOption(("-p", "--processes"), process_count, 1, "1",
+                 "worker processes under one supervisor, each with its own connections and claim buffer "
+                 "('auto': one per core)"),
     WorkerOption(("--lease",), duration, None, "the queue's", "lease per claim"),
     WorkerOption(("--budget",), duration, None, "none", "hard deadline per claim"),
     WorkerOption(("--drain-timeout",), duration, timedelta(seconds=30), "30s",
@@ -530,19 +540,37 @@ def worker_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> dic
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ._worker_log import configure
-    from .worker import Worker, load_app
+    from .worker import load_app
+    from .worker.supervisor import Supervisor
 
     settings = worker_settings(args, os.environ)
     try:
-        app = load_app(args.app)
+        load_app(args.app)  # a bad app fails here, once, before any process starts
     except (ImportError, AttributeError, TypeError) as error:
         raise UserError(f"cannot load the app {args.app!r}: {type(error).__name__}: {error}") from None
+    processes = settings["processes"]
+    if processes == 1:
+        run_worker(app=args.app, url=args.url, settings=settings)
+        return 0
+    if settings["metrics_port"]:
+        raise UserError("--metrics-port: with --processes above 1 only 0 (any free port, one per process) "
+                        "is possible")
+    return Supervisor(processes, run_worker, {"app": args.app, "url": args.url, "settings": settings}).run()
+
+
+def run_worker(*, app: str, url: str | None, settings: dict[str, Any], index: int | None = None) -> None:
+    """One worker process until it is stopped (``index``: its number under a supervisor)."""
+    from ._worker_log import configure
+    from .worker import Worker, load_app
+
     configure(settings["log_format"], settings["log_level"])
     window = settings["complete_window"]
+    owner_id = settings["owner_id"]
+    if owner_id and index is not None:
+        owner_id = f"{owner_id}:{index}"
     worker = Worker(
-        app, url=args.url, queues=settings["queue"], concurrency=settings["concurrency"],
-        owner_id=settings["owner_id"], lease=settings["lease"], budget=settings["budget"],
+        load_app(app), url=url, queues=settings["queue"], concurrency=settings["concurrency"],
+        owner_id=owner_id, lease=settings["lease"], budget=settings["budget"],
         drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
         reap_interval=settings["reap_interval"] if settings["reap"] else None,
         purge_after=settings["purge_after"], purge_submissions_after=settings["purge_submissions_after"],
@@ -551,7 +579,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         metrics_port=settings["metrics_port"], metrics_host=settings["metrics_host"],
         health_window=settings["health_window"], stats_interval=settings["stats_interval"])
     worker.run(install_signal_handlers=True)
-    return 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -138,8 +138,21 @@ def moment(value: Any, what: str) -> datetime | None:
     return value
 
 
+class CheckedJSON:
+    """A value already checked by ``json_value``, as its canonical text: the
+    worker checks a handler's result once, when the handler returns, and
+    hands this on, so the completion does not check it again."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: Any, what: str):
+        self.text = json_value(value, what)
+
+
 def json_value(value: Any, what: str) -> str:
     """Validate a JSON value and return its canonical text (the snapshot)."""
+    if type(value) is CheckedJSON:
+        return value.text
     _check_json(value, what, depth=0)
     text = canonical_json(value)
     if len(text.encode("utf-8")) > MAX_JSON_BYTES:

@@ -17,6 +17,7 @@ from fake_backend import FakeBackend
 from fenceq.backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
 from fenceq.types import Claim, new_claim_token
 from fenceq.worker import App, Worker
+from fenceq.validate import CheckedJSON
 from fenceq.worker.claimer import Claimer
 from fenceq.worker.completer import Completer
 from fenceq.worker.events import Events
@@ -128,7 +129,8 @@ async def test_a_lost_acknowledgement_on_complete_batch_is_read_back_per_job(fak
 
 async def test_completions_queued_behind_a_resent_batch_go_out_before_it_is_answered(fake, clock):
     state, _, writer = await units(fake, clock)
-    completer = Completer(state, writer)
+    verdicts: dict[str, Verdict] = {}
+    completer = Completer(state, writer, lambda job, verdict: verdicts.__setitem__(job.claim.job_id, verdict))
     running = asyncio.create_task(completer.run())
     for _ in range(4):
         fake.submit("t")
@@ -136,16 +138,19 @@ async def test_completions_queued_behind_a_resent_batch_go_out_before_it_is_answ
                       for claim in fake.claim_batch(["q"], "w", [new_claim_token() for _ in range(2)])]
                      for _ in range(2))
     fake.drop("complete_batch")  # the first batch's call never arrives: it waits to be re-sent
-    earlier = [asyncio.create_task(completer.complete(job, 1)) for job in first]
+    for job in first:
+        completer.add(job, CheckedJSON(1, "result"))
     await settle()
-    later = [asyncio.create_task(completer.complete(job, 2)) for job in second]
+    for job in second:
+        completer.add(job, CheckedJSON(2, "result"))
     await settle()
     # No time has passed, so the first batch's re-send is still asleep ...
-    assert all(task.done() for task in later) and not any(task.done() for task in earlier)
-    assert [task.result() for task in later] == [Verdict.ACCEPTED] * 2
+    assert verdicts == {job.claim.job_id: Verdict.ACCEPTED for job in second}
     # ... and it lands once its back-off ends.
-    assert await finished(asyncio.gather(*earlier), clock) == [Verdict.ACCEPTED] * 2
+    await until(lambda: len(verdicts) == 4, clock, step=STEP)
+    assert set(verdicts.values()) == {Verdict.ACCEPTED}
     assert {fake.rows[j.claim.job_id].status for j in first + second} == {"completed"}
+    assert [fake.rows[j.claim.job_id].result for j in first + second] == [1, 1, 2, 2]
     running.cancel()
 
 
@@ -157,7 +162,7 @@ async def test_the_worker_settles_a_job_once_when_completes_answer_is_lost(fake,
         return {"done": True}
 
     job_id = fake.submit("work")
-    fake.lose("complete")
+    fake.lose("complete_batch")
     runtime = Runtime(app, settings_of(), open_backend=opener(fake), clock=clock)
     task = asyncio.create_task(runtime.run())
     await until(lambda: runtime.counts["completed"], clock, step=STEP)
@@ -165,7 +170,7 @@ async def test_the_worker_settles_a_job_once_when_completes_answer_is_lost(fake,
     row = fake.rows[job_id]
     assert (row.status, row.generation, row.attempts, row.result) == ("completed", 1, 1, {"done": True})
     assert runtime.counts["completed"] == 1 and runtime.counts["refused"] == 0
-    assert len(fake.called("claim_next")) >= 1 and fake.applied["complete"] == 2
+    assert len(fake.called("claim_next")) >= 1 and fake.applied["complete_batch"] == 2
 
 
 async def test_a_finished_handler_frees_its_slot_while_its_completion_is_written(fake, clock):
@@ -176,10 +181,10 @@ async def test_a_finished_handler_frees_its_slot_while_its_completion_is_written
         return None
 
     first, second = fake.submit("work"), fake.submit("work")
-    fake.drop("complete")  # the first completion waits to be re-sent ...
+    fake.drop("complete_batch")  # the first completion waits to be re-sent ...
     runtime = Runtime(app, settings_of(concurrency=1), open_backend=opener(fake), clock=clock)
     task = asyncio.create_task(runtime.run())
-    await until(lambda: fake.called("complete"), clock, step=STEP)
+    await until(lambda: fake.called("complete_batch"), clock, step=STEP)
     await settle()
     # ... and, with no time passing, the next job is claimed and run meanwhile.
     assert fake.rows[second].status == "completed" and fake.rows[first].status == "claimed"

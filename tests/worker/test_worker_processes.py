@@ -109,3 +109,20 @@ def test_cancel_round_trip(db, work_queue, trace_file, spawn_worker):
         assert a.wait_event("cancel_requested", job_id=job_id) and a.wait_event("cancelled", job_id=job_id)
         a.signal(signal.SIGTERM)
         assert a.wait() == 0
+
+
+def test_processes_under_one_supervisor_share_the_queue_and_one_stop(db, work_queue, trace_file, spawn_worker):
+    with db.connect() as client:
+        a = spawn_worker("a", "--processes", "2")
+        wait_for(lambda: len(a.find("worker_started")) == 2, what="both processes start")
+        # One job at a time per process (slow jobs leave no claim buffer): both processes run some.
+        ids = [client.submit(work_queue, "slow", {"trace": str(trace_file), "seconds": 0.3}) for _ in range(6)]
+        done = wait_for(lambda: all(client.get_job(i).status == "completed" for i in ids) and ids,
+                        what="the two processes complete every job")
+        owners = {client.get_job(i).owner_id for i in done}
+        assert owners == {"a:0", "a:1"}, owners
+        pids = {e["pid"] for e in read_trace(trace_file)}
+        assert len(pids) == 2 and a.pid not in pids
+        a.signal(signal.SIGTERM)
+        assert a.wait() == 0
+        assert len(a.find("worker_stopped")) == 2

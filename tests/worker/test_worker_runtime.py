@@ -154,13 +154,13 @@ async def test_lost_ack_on_complete_is_resolved_without_double_work(db, work_que
                                                                     concurrency):
     ids = [await aclient.submit(work_queue, "together", {"trace": str(trace_file)}) for _ in range(concurrency)]
     faults = LoseAcks({"complete", "complete_batch"})
-    # With 4 jobs, their completions queue up together and go out as one complete_batch.
+    # Completions go out as complete_batch (with 4 jobs, theirs queue up together in one).
     worker = Worker(together_app(work_queue, concurrency), url=db.url, concurrency=concurrency,
                     wrap_client=faults, **FAST)
     async with running(worker):
         for job_id in ids:
             await wait_status(aclient, job_id, "completed")
-    assert faults.hits == ["complete" if concurrency == 1 else "complete_batch"]
+    assert faults.hits == ["complete_batch"]
     assert worker.counts["completed"] == concurrency and worker.counts["refused"] == 0
     for job_id in ids:
         job = await aclient.get_job(job_id)

@@ -21,12 +21,14 @@ leaves the wait to its polls.
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import timedelta
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 import psycopg
 import psycopg.sql
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from ..canonical import json_string, utc_text
 from ..errors import FenceqError, PersistenceFailed, config_error, translate
@@ -184,6 +186,15 @@ def statement(op: Op) -> tuple[str, dict[str, Any]]:
     return f"SELECT fenceq.{op.name}({call}) AS value", params
 
 
+def json_loads(data: bytes | bytearray | memoryview) -> Any:
+    """jsonb as Python values: text decoded once (the json module would
+    sniff bytes for their encoding per value), and an empty object, the
+    usual checkpoints of a claim, without parsing."""
+    if data == b"{}":
+        return {}
+    return json.loads(bytes(data).decode())
+
+
 def driver_error(exc: psycopg.Error) -> FenceqError:
     """The package error for a driver error (kept as its ``__cause__``)."""
     diag = exc.diag
@@ -216,6 +227,7 @@ async def _connect_async(url: str) -> tuple[psycopg.AsyncConnection, bool]:
         connection = await psycopg.AsyncConnection.connect(connection_url(url), autocommit=True)
     except psycopg.Error as exc:
         raise driver_error(exc) from exc
+    set_json_loads(json_loads, connection)
     try:
         through_pooler = await pooled_async(connection)
     except psycopg.Error as exc:

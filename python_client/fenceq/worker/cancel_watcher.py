@@ -1,5 +1,6 @@
-"""Cancel requests: every ``control_poll`` (and on a control notification,
-through the notifier) an in-flight job's ``claim_state`` is read. A request
+"""Cancel requests: every ``control_poll`` a running job's ``claim_state`` is
+read (and any held job's, on a control notification, through the notifier);
+a buffered job's request is seen once it runs, or by its heartbeats. A request
 sets ``ctx.cancelled``; an async handler still running ``cancel_grace``
 later is cancelled. A claim with no state left was force-cancelled or
 taken over: the handler is told it is lost."""
@@ -26,7 +27,8 @@ class CancelWatcher:
         while True:
             await state.clock.sleep(state.settings.control_poll)
             for job in list(state.inflight.values()):
-                if not job.cancelled.is_set() and not job.lost.is_set() and not job.settling:
+                if (job.task is not None and not job.cancelled.is_set() and not job.lost.is_set()
+                        and not job.settling):
                     await self.check(job)
 
     async def check(self, job: InFlight) -> None:

@@ -1,7 +1,12 @@
-"""The claim loop: fill free slots with ``claim_next`` (one) or
-``claim_batch`` (several), backing off from 10 ms to ``poll_interval`` while
-the queues are empty, but never waiting past the moment ``next_due`` says
-the next pending job falls due. Fresh nonces are generated and kept before
+"""The claim loop: fill free slots and the buffer behind them with
+``claim_next`` (one) or ``claim_batch`` (several), backing off from 10 ms to
+``poll_interval`` while the queues are empty, but never waiting past the
+moment ``next_due`` says the next pending job falls due.
+
+The buffer (``WorkerState.prefetch`` jobs beyond the slots) follows the
+rate at which jobs finish here: as many as finish in ``PREFETCH_HORIZON``,
+at most ``MAX_PREFETCH``, so that fast jobs are fetched hundreds per call
+and slow ones are not hoarded (an idle worker's buffer shrinks to none). Fresh nonces are generated and kept before
 every claim call; when its outcome is unknown, each nonce is asked about
 with ``recover_claim``: an uncertain claim is never made anew, a nonce never
 reused."""
@@ -15,20 +20,27 @@ from ..errors import ConfigError, PersistenceFailed
 from ..types import Claim, new_claim_token
 from .pool import Pool
 from .settings import MAX_BATCH
-from .state import InFlight, WorkerState
+from .state import WorkerState
 
-Start = Callable[[Claim, float], InFlight]  # a claim and when its call was sent -> the running job
+Admit = Callable[[Claim, float], object]  # a claim and when its call was sent -> into the buffer
+Fill = Callable[[], None]                  # start buffered jobs in free slots
 
 FIRST_IDLE_WAIT = 0.01
-NEXT_DUE_FROM = 0.05  # seconds: a shorter idle wait is not worth a next_due round trip
+NEXT_DUE_FROM = 0.05     # seconds: a shorter idle wait is not worth a next_due round trip
+PREFETCH_HORIZON = 0.05  # seconds of work, at the rate jobs finish, held claimed ahead
+MAX_PREFETCH = 500       # jobs held claimed ahead at most (graphile-worker's local queue)
+RATE_WINDOW = 0.05       # seconds: the shortest span the finishing rate is measured over
 
 
 class Claimer:
-    def __init__(self, state: WorkerState, pool: Pool, start: Start):
+    def __init__(self, state: WorkerState, pool: Pool, admit: Admit, fill: Fill = lambda: None):
         self._state = state
         self._pool = pool
-        self._start = start
+        self._admit = admit
+        self._fill = fill
         self._ask_next_due = True
+        self._rate: float | None = None  # jobs finished per second, smoothed
+        self._rate_since = (state.clock.monotonic(), state.finished)
 
     async def run(self) -> None:
         """Until a stop is requested; raises ConfigError when the database
@@ -37,14 +49,14 @@ class Claimer:
         assert poll_interval is not None
         idle = FIRST_IDLE_WAIT
         while not state.stop_requested:
-            free = state.free_slots()
-            if free <= 0:
+            self._measure_rate()
+            if not state.claim_due():
                 state.wake.clear()
                 await state.wake.wait()
                 continue
             state.wake.clear()
             try:
-                claimed = await self.claim(min(free, MAX_BATCH))
+                claimed = await self.claim(min(state.claim_room(), MAX_BATCH))
             except ConfigError as error:
                 state.events.emit("claim_refused", f"claim refused: {error}", level=logging.ERROR,
                                   reason=error.reason)
@@ -67,6 +79,18 @@ class Claimer:
             # 10 ms up.
             reached_due = wait < idle and (not woken or state.clock.monotonic() >= until)
             idle = FIRST_IDLE_WAIT if reached_due else min(idle * 2, poll_interval)
+
+    def _measure_rate(self) -> None:
+        """Size the buffer to the rate at which jobs finish here."""
+        state = self._state
+        now, finished = state.clock.monotonic(), state.finished
+        since, finished_then = self._rate_since
+        if now - since < RATE_WINDOW:
+            return
+        rate = (finished - finished_then) / (now - since)
+        self._rate = rate if self._rate is None else (self._rate + rate) / 2
+        self._rate_since = (now, finished)
+        state.prefetch = min(MAX_PREFETCH, int(self._rate * PREFETCH_HORIZON))
 
     async def idle_wait(self, backoff: float) -> float:
         """How long to wait after a claim found nothing: the backoff, cut
@@ -94,8 +118,8 @@ class Claimer:
         until_due = due.timestamp() - state.clock.wall()
         return min(backoff, until_due) if until_due > 0 else backoff
 
-    async def claim(self, count: int) -> list[InFlight]:
-        """Claim up to ``count`` jobs and start them."""
+    async def claim(self, count: int) -> list[Claim]:
+        """Claim up to ``count`` jobs into the buffer, and start what fits."""
         settings, clock = self._state.settings, self._state.clock
         tokens = [new_claim_token() for _ in range(count)]
         sent = clock.monotonic()
@@ -113,7 +137,10 @@ class Claimer:
             self._state.events.emit("claim_uncertain", "claim outcome unknown; recovering it with the same nonce",
                                     level=logging.WARNING, tokens=len(tokens))
             claims = await self.recover(tokens, sent)
-        return [self._start(claim, sent) for claim in claims]
+        for claim in claims:
+            self._admit(claim, sent)
+        self._fill()
+        return claims
 
     async def recover(self, tokens: list[str], sent: float) -> list[Claim]:
         """The claims an uncertain call made, asked for by their nonces until

@@ -1,100 +1,74 @@
 """Completion, batched: results wait in a queue and go out as one
 ``complete_batch`` with whatever queued up while the previous call was in
-flight (optionally after ``complete_window``); a lone result goes out as
-``complete``. A call whose outcome became unknown is re-sent by the fenced
-writer on its own: the results queued behind it go out meanwhile, instead
-of waiting for the database to answer it."""
+flight (optionally after ``complete_window``). A job hands its result over
+and is done with it: the completer tells the settler each job's verdict
+(``Answered``), so no job's task waits on a call. A call whose outcome
+became unknown is re-sent by the fenced writer on its own: the results
+queued behind it go out meanwhile, instead of waiting for the database to
+answer it."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections import deque
+from typing import Callable
 
-from ..errors import ConfigError
 from .fenced_writer import FencedWriter, Verdict
 from .settings import MAX_BATCH
 from .state import InFlight, WorkerState
 
-
 Resend = Callable[[], None]   # told when a call's outcome is unknown and it will be re-sent
-
-
-@dataclass(eq=False)
-class _Pending:
-    job: InFlight
-    result: Any
-    answer: asyncio.Future   # of the Verdict
+# Told each job's verdict, or the error that kept its completion from being written.
+Answered = Callable[[InFlight, "Verdict | BaseException"], None]
 
 
 class Completer:
-    def __init__(self, state: WorkerState, writer: FencedWriter):
+    def __init__(self, state: WorkerState, writer: FencedWriter, answered: Answered):
         self._state = state
         self._writer = writer
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._answered = answered
+        self._waiting: deque[tuple[InFlight, str | None]] = deque()  # a job and its result's JSON text
+        self._arrived = asyncio.Event()
 
-    async def complete(self, job: InFlight, result: Any) -> Verdict:
-        """Raises ConfigError when the result is not storable JSON."""
-        if not self._state.settings.batch_completions:
-            return await self._writer.complete(job, result)
-        pending = _Pending(job, result, asyncio.get_running_loop().create_future())
-        self._queue.put_nowait(pending)
-        return await pending.answer
+    def add(self, job: InFlight, result_text: str | None) -> None:
+        """Queue a job's completion (its result as checked JSON text, None for null)."""
+        self._waiting.append((job, result_text))
+        self._arrived.set()
 
     async def run(self) -> None:
         window = self._state.settings.complete_window
+        waiting, arrived = self._waiting, self._arrived
         flights: set[asyncio.Task] = set()
         try:
             while True:
-                batch = [await self._queue.get()]
+                if not waiting:
+                    arrived.clear()
+                    await arrived.wait()
                 if window:
                     await self._state.clock.sleep(window)
-                while not self._queue.empty() and len(batch) < MAX_BATCH:
-                    batch.append(self._queue.get_nowait())
+                batch = [waiting.popleft() for _ in range(min(len(waiting), MAX_BATCH))]
                 resending = asyncio.Event()
                 flight = asyncio.create_task(self._send(batch, resending.set))
                 flights.add(flight)
                 flight.add_done_callback(flights.discard)
                 # The next batch gathers while this one is in flight; it goes
                 # out when this one is answered, or once this one is re-sent.
-                waiting = asyncio.create_task(resending.wait())
+                waiting_for_resend = asyncio.create_task(resending.wait())
                 try:
-                    await asyncio.wait((flight, waiting), return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait((flight, waiting_for_resend), return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    waiting.cancel()
+                    waiting_for_resend.cancel()
         finally:
             for flight in flights:
                 flight.cancel()
 
-    async def _send(self, batch: list[_Pending], on_resend: Resend) -> None:
+    async def _send(self, batch: list[tuple[InFlight, str | None]], on_resend: Resend) -> None:
+        jobs = [job for job, _ in batch]
         try:
-            await self._flush(batch, on_resend)
-        except Exception as error:  # noqa: BLE001 - hand it to the waiting jobs
-            for pending in batch:
-                if not pending.answer.done():
-                    pending.answer.set_exception(error)
+            verdicts: list[Verdict | BaseException] = list(
+                await self._writer.complete_batch(jobs, [text for _, text in batch], on_resend))
+        except Exception as error:  # noqa: BLE001 - handed to each job's settle
+            verdicts = [error] * len(jobs)
+        for job, verdict in zip(jobs, verdicts):
+            self._answered(job, verdict)
 
-    async def _flush(self, batch: list[_Pending], on_resend: Resend) -> None:
-        if len(batch) == 1:
-            await self._complete_one(batch[0], on_resend)
-            return
-        try:
-            verdicts = await self._writer.complete_batch([p.job for p in batch], [p.result for p in batch],
-                                                         on_resend)
-        except ConfigError:
-            # One result is not storable JSON: complete them one by one.
-            await asyncio.gather(*(self._complete_one(pending, on_resend) for pending in batch))
-            return
-        for pending, verdict in zip(batch, verdicts):
-            if not pending.answer.done():
-                pending.answer.set_result(verdict)
-
-    async def _complete_one(self, pending: _Pending, on_resend: Resend) -> None:
-        try:
-            verdict = await self._writer.complete(pending.job, pending.result, on_resend)
-        except BaseException as error:  # noqa: BLE001 - the job's settle decides
-            if not pending.answer.done():
-                pending.answer.set_exception(error)
-            return
-        if not pending.answer.done():
-            pending.answer.set_result(verdict)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import logging
 import os
@@ -72,8 +73,10 @@ class Executor:
             known = self._kinds[task] = (handler, inspect.iscoroutinefunction(handler))
         return known[1]
 
-    def start(self, claim: Claim, sent: float) -> InFlight:
-        """Take a claim made by a call sent at ``sent`` (monotonic) and run it."""
+    def admit(self, claim: Claim, sent: float) -> InFlight:
+        """Take a claim made by a call sent at ``sent`` (monotonic): it waits
+        in the buffer, its lease renewed by the heartbeater, until a slot
+        frees (``fill``)."""
         state, settings, clock = self._state, self._state.settings, self._state.clock
         now_wall = clock.wall()
         expires = claim.lease_expires_at.timestamp() if claim.lease_expires_at else now_wall
@@ -83,57 +86,84 @@ class Executor:
         budget_deadline = float("inf")
         if claim.budget_expires_at is not None:
             budget_deadline = sent + max(0.0, claim.budget_expires_at.timestamp() - now_wall)
-        handler = self._registry.handler(claim.task)
         job = InFlight(claim=claim, lease=lease, deadline=min(sent + lease, budget_deadline),
                        budget_deadline=budget_deadline, next_heartbeat=sent + lease * settings.heartbeat_fraction,
-                       is_async=self._is_async(claim.task, handler),
-                       recorded=dict(claim.checkpoints or {}), started=clock.monotonic())
-        loop = asyncio.get_running_loop()
-        job.ctx = AsyncJobContext(job, self) if job.is_async else JobContext(job, self, loop)
-        if state.stop_requested:
-            job.stopping.set()
+                       is_async=False, recorded=dict(claim.checkpoints) if claim.checkpoints else {},
+                       started=sent)
         state.inflight[claim.job_id] = job
+        state.buffer.append(job)
         state.counts["claimed"] += 1
         if state.events.wanted(logging.INFO):
             state.events.emit("claimed", "job claimed", **job.fields, lease=round(lease, 3),
                               cancel_requested=claim.cancel_requested, checkpoints=len(job.recorded))
         if claim.cancel_requested:
             job.cancelled.set()
-        state.heartbeat_wake.set()
-        job.task = loop.create_task(self._execute(job, handler), name=f"fenceq-job-{claim.job_id}")
+        if job.next_heartbeat < state.next_beat_at:
+            state.heartbeat_wake.set()
         return job
+
+    def fill(self) -> None:
+        """Start buffered jobs while slots are free (none once a stop was
+        requested: the drain releases them). A buffered job whose claim was
+        lost meanwhile is dropped unrun."""
+        state = self._state
+        buffer, concurrency = state.buffer, state.settings.concurrency
+        while buffer and state.running < concurrency and not state.stop_requested:
+            job = buffer.popleft()
+            if job.lost.is_set():
+                state.finish(job)
+                continue
+            self._begin(job)
+
+    def _begin(self, job: InFlight) -> None:
+        state, claim = self._state, job.claim
+        handler = self._registry.handler(claim.task)
+        job.is_async = self._is_async(claim.task, handler)
+        job.started = state.clock.monotonic()
+        job.ctx = AsyncJobContext(job, self) if job.is_async else JobContext(job, self, self._loop)
+        state.running += 1
+        job.task = self._loop.create_task(self._execute(job, handler))
+
+    @functools.cached_property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
 
     async def _execute(self, job: InFlight, handler: Handler | None) -> None:
         state = self._state
         try:
-            if state.settings.record_pid:
-                state.spawn(self._set_pid(job))
-            if handler is None:
-                outcome: Outcome = Failed(f"no handler for task {job.claim.task!r} on this worker "
-                                          f"(tasks: {', '.join(sorted(self._registry.tasks)) or 'none'})", True)
-                state.events.emit("unknown_task", "no handler registered for this task", level=logging.ERROR,
-                                  **job.fields)
-            else:
-                outcome = await self._invoke(job, handler)
-        except asyncio.CancelledError:
-            if job.abandoned or state.hard_stop:
-                return  # the drain releases it
-            if not job.cancelled.is_set():
-                raise
-            outcome = Cancelled()
+            try:
+                if state.settings.record_pid:
+                    state.spawn(self._set_pid(job))
+                if handler is None:
+                    outcome: Outcome = Failed(f"no handler for task {job.claim.task!r} on this worker "
+                                              f"(tasks: {', '.join(sorted(self._registry.tasks)) or 'none'})",
+                                              True)
+                    state.events.emit("unknown_task", "no handler registered for this task",
+                                      level=logging.ERROR, **job.fields)
+                else:
+                    outcome = await self._invoke(job, handler)
+            except asyncio.CancelledError:
+                if job.abandoned or state.hard_stop:
+                    return  # the drain releases it
+                if not job.cancelled.is_set():
+                    raise
+                outcome = Cancelled()
+        finally:
+            state.running -= 1
+            job.settling = True
         if handler is not None and state.events.wanted(logging.DEBUG):
             state.events.emit("handler_finished", "handler finished", level=logging.DEBUG, **job.fields,
                               outcome=type(outcome).__name__.lower(),
                               seconds=round(state.clock.monotonic() - job.started, 6))
         if job.abandoned:
             return
-        job.settling = True
-        state.wake.set()  # its slot is free for the next claim (WorkerState.free_slots)
+        self.fill()  # its slot is free for the next buffered job
+        if state.claim_due():
+            state.wake.set()
         try:
-            await self._settler.settle(job, outcome)
+            await self._settler.settle(job, outcome)  # finishes the job, now or once its outcome is written
         except Exception:  # noqa: BLE001 - a bug must not leak the slot silently
             state.events.exception("settle_error", "writing the outcome failed", **job.fields)
-        finally:
             state.finish(job)
 
     async def _invoke(self, job: InFlight, handler: Handler) -> Outcome:

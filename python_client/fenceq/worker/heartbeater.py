@@ -34,7 +34,10 @@ class Heartbeater:
             state.heartbeat_wake.clear()
             delay = await self.tick()
             if delay > 0:
-                await state.clock.wait(state.heartbeat_wake, min(max(delay, 0.001), IDLE_CHECK))
+                delay = min(max(delay, 0.001), IDLE_CHECK)
+                state.next_beat_at = state.clock.monotonic() + delay
+                await state.clock.wait(state.heartbeat_wake, delay)
+                state.next_beat_at = float("-inf")  # awake: a job joining now needs no wake-up
 
     async def tick(self) -> float:
         """Renew the jobs that are due; the seconds until the next one is."""

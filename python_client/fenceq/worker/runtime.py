@@ -20,7 +20,6 @@ from ..observability.endpoints import WorkerEndpoints
 from .cancel_watcher import CancelWatcher
 from .claimer import Claimer
 from .clock import Clock, SystemClock
-from .completer import Completer
 from .events import Events
 from .executor import Executor, Registry
 from .fenced_writer import FencedWriter
@@ -82,11 +81,10 @@ class Runtime:
             if self._endpoints is not None:
                 self._endpoints.attach(state, pool, self.backend_name)
             writer = FencedWriter(state, pool)
-            completer = Completer(state, writer)
             heartbeater = Heartbeater(state, pool, writer)
-            settler = Settler(state, pool, writer, completer)
+            settler = Settler(state, pool, writer)
             executor = Executor(state, self.registry, pool, writer, heartbeater, settler)
-            claimer = Claimer(state, pool, executor.start)
+            claimer = Claimer(state, pool, executor.admit, executor.fill)
             watcher = CancelWatcher(state, pool, writer)
             self._shutdown = Shutdown(state, writer, settler)
             if self._stop_before_start is not None:
@@ -99,7 +97,7 @@ class Runtime:
             background = [loop.create_task(self._guard("heartbeats", heartbeater.run)),
                           loop.create_task(self._guard("control", watcher.run))]
             if self.settings.batch_completions:
-                background.append(loop.create_task(self._guard("completions", completer.run)))
+                background.append(loop.create_task(self._guard("completions", settler.completer.run)))
             if pool.capabilities.notifications:
                 notifier = Notifier(state, self._listen_opener(), watcher.check)
                 background.append(loop.create_task(self._guard("listener", notifier.run)))

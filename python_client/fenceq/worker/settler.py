@@ -1,13 +1,18 @@
 """Writing a handler's outcome under the fence: complete (through the
 completer), fail (retry or not), acknowledge a cancel request; and, when the
-database says no, finding out why (a cancel request, or a stale fence)."""
+database says no, finding out why (a cancel request, or a stale fence).
+Every job leaves the worker here (``WorkerState.finish``): once its outcome
+is written, or, for a batched completion, once the completer tells its
+verdict (``answered``)."""
 
 from __future__ import annotations
 
 import enum
 import logging
+from typing import Any, Coroutine
 
 from ..errors import ConfigError, PersistenceFailed
+from ..validate import CheckedJSON
 from .completer import Completer
 from .fenced_writer import FencedWriter, Verdict
 from .outcome import Cancelled, Committed, Completed, Failed, Lost, Outcome
@@ -23,13 +28,54 @@ class Standing(enum.Enum):
 
 
 class Settler:
-    def __init__(self, state: WorkerState, pool: Pool, writer: FencedWriter, completer: Completer):
+    def __init__(self, state: WorkerState, pool: Pool, writer: FencedWriter):
         self._state = state
         self._pool = pool
         self._writer = writer
-        self._completer = completer
+        self.completer = Completer(state, writer, self.answered)
 
     async def settle(self, job: InFlight, outcome: Outcome) -> None:
+        """Write the outcome; the job leaves the worker once it is written."""
+        if (type(outcome) is Completed and self._state.settings.batch_completions
+                and not job.cancelled.is_set()):
+            try:
+                result = CheckedJSON(outcome.result, "result")
+            except ConfigError as error:
+                outcome = Failed(self._bad_result(job, error), False)
+            else:
+                self.completer.add(job, result)
+                return
+        try:
+            await self._write(job, outcome)
+        finally:
+            self._state.finish(job)
+
+    def answered(self, job: InFlight, verdict: Verdict | BaseException) -> None:
+        """A batched completion's verdict (or the error that kept it from being written)."""
+        if isinstance(verdict, Verdict) and verdict.took_effect:
+            self._completed(job)
+            self._state.finish(job)
+        elif verdict is Verdict.REFUSED:
+            self._state.spawn(self._finish_after(job, self._refused(job, "complete")))
+        else:
+            if isinstance(verdict, BaseException):
+                self._state.events.emit("settle_error", f"writing the outcome failed: {verdict!r}",
+                                        level=logging.ERROR, **job.fields)
+            self._state.finish(job)
+
+    async def _finish_after(self, job: InFlight, writing: Coroutine[Any, Any, None]) -> None:
+        try:
+            await writing
+        finally:
+            self._state.finish(job)
+
+    def _bad_result(self, job: InFlight, error: ConfigError) -> str:
+        """The result is not storable JSON: no retry would fix it."""
+        self._state.events.emit("bad_result", f"handler result refused: {error}", level=logging.ERROR,
+                                **job.fields)
+        return f"the handler's result could not be stored: {error}"
+
+    async def _write(self, job: InFlight, outcome: Outcome) -> None:
         if isinstance(outcome, Committed):
             self._completed(job, in_transaction=True)
             return
@@ -49,13 +95,10 @@ class Settler:
                 await self._cancelled_unasked(job)
 
     async def _complete(self, job: InFlight, result: object) -> None:
-        state = self._state
         try:
-            verdict = await self._completer.complete(job, result)
+            verdict = await self._writer.complete(job, result)
         except ConfigError as error:
-            # The result is not storable JSON: no retry would fix it.
-            state.events.emit("bad_result", f"handler result refused: {error}", level=logging.ERROR, **job.fields)
-            await self._fail(job, f"the handler's result could not be stored: {error}", False)
+            await self._fail(job, self._bad_result(job, error), False)
             return
         if verdict.took_effect:
             self._completed(job)

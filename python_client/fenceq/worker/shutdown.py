@@ -1,7 +1,8 @@
-"""Stopping: no new claims, ``ctx.stopping`` set, up to ``drain_timeout``
-for running handlers, then ``release`` of every unfinished job (back to
-pending at once, no attempt spent; its fence dies, so the abandoned
-handler's writes are refused). A second request skips the wait."""
+"""Stopping: no new claims, the buffered jobs released at once (never
+started here), ``ctx.stopping`` set, up to ``drain_timeout`` for running
+handlers, then ``release`` of every unfinished job (back to pending at once,
+no attempt spent; its fence dies, so the abandoned handler's writes are
+refused). A second request skips the wait."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class Shutdown:
         state, clock = self._state, self._state.clock
         if not state.inflight:
             return
+        buffered = list(state.buffer)
+        state.buffer.clear()
+        giving_back = asyncio.gather(*(self._release(job) for job in buffered))
         for job in state.inflight.values():
             job.stopping.set()
         timeout = state.settings.drain_timeout
@@ -50,7 +54,7 @@ class Shutdown:
             while state.inflight and not state.hard_stop and clock.monotonic() < deadline:
                 state.idle.clear()
                 await clock.wait(state.idle, deadline - clock.monotonic())
-        unfinished = [j for j in state.inflight.values() if not j.settling]
+        unfinished = [j for j in state.inflight.values() if not j.settling and j.task is not None]
         for job in unfinished:
             job.abandoned = True
             job.lost.set()
@@ -59,10 +63,11 @@ class Shutdown:
         if unfinished:
             state.events.emit("drain_timeout", "releasing unfinished jobs", jobs=len(unfinished),
                               level=logging.WARNING)
-        await asyncio.gather(*(self._release(job) for job in unfinished))
-        settling = [j.task for j in state.inflight.values() if j.settling and j.task is not None]
-        if settling:
-            await asyncio.wait(settling, timeout=SETTLING_GRACE)
+        await asyncio.gather(giving_back, *(self._release(job) for job in unfinished))
+        grace_ends = clock.monotonic() + SETTLING_GRACE
+        while state.inflight and clock.monotonic() < grace_ends:  # outcomes still being written
+            state.idle.clear()
+            await clock.wait(state.idle, grace_ends - clock.monotonic())
 
     async def _release(self, job: InFlight) -> None:
         state = self._state

@@ -5,8 +5,10 @@ reaches into another unit."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Coroutine
 
@@ -71,18 +73,18 @@ class InFlight:
     next_heartbeat: float
     is_async: bool
     recorded: dict[str, Any]          # checkpoints: step -> value
-    started: float
+    started: float                    # when its handler started (when it was claimed, while buffered)
     cancelled: Flag = field(default_factory=Flag)
     lost: Flag = field(default_factory=Flag)
     stopping: Flag = field(default_factory=Flag)
-    task: asyncio.Task | None = None
+    task: asyncio.Task | None = None  # None while the job waits in the buffer
     settling: bool = False            # the handler is done; the outcome is being written
     abandoned: bool = False           # drain timed out: the job is being released
     completing: bool = False          # its ctx.transaction() is completing the job (or did)
     committed: bool = False           # its ctx.transaction() committed: the job is completed
     ctx: Any = None
 
-    @property
+    @functools.cached_property
     def fence(self) -> Fence:
         return self.claim.fence
 
@@ -106,14 +108,23 @@ class InFlight:
 
 
 class WorkerState:
+    """Every job this worker holds is in ``inflight``: claimed and waiting in
+    ``buffer`` for a slot, running (``running`` of them), or settling (its
+    handler is done; its outcome is being written)."""
+
     def __init__(self, settings: WorkerSettings, clock: Clock, events: Events, counts: dict[str, int]):
         self.settings = settings
         self.clock = clock
         self.events = events
         self.counts = counts
         self.inflight: dict[str, InFlight] = {}
-        self.wake = asyncio.Event()            # the claimer: a slot freed, work arrived, or stop
-        self.heartbeat_wake = asyncio.Event()  # the heartbeater: a job joined
+        self.buffer: deque[InFlight] = deque()  # claimed ahead, oldest first
+        self.running = 0                       # handlers running now
+        self.prefetch = 0                      # jobs to hold claimed beyond the slots (the claimer sets it)
+        self.finished = 0                      # jobs that left this worker, ever (the claimer's rate)
+        self.wake = asyncio.Event()            # the claimer: room to claim, work arrived, or stop
+        self.heartbeat_wake = asyncio.Event()  # the heartbeater: a job joined that is due before its next beat
+        self.next_beat_at = float("inf")       # when the heartbeater wakes next, unless woken
         self.idle = asyncio.Event()            # the drain: nothing left in flight (or stop now)
         self.stop_requested = False
         self.hard_stop = False                 # skip the drain wait
@@ -129,20 +140,27 @@ class WorkerState:
     def side_tasks(self) -> list[asyncio.Task]:
         return list(self._side_tasks)
 
-    def free_slots(self) -> int:
-        """How many jobs the claimer may claim now. ``concurrency`` handlers
-        run at once; a job whose handler is done frees its slot while its
-        outcome is written, so the next claim overlaps the last completion,
-        and at most ``concurrency`` such jobs are held besides."""
-        running = sum(1 for job in self.inflight.values() if not job.settling)
-        concurrency = self.settings.concurrency
-        return min(concurrency - running, 2 * concurrency - len(self.inflight))
+    def claim_room(self) -> int:
+        """How many jobs the claimer may claim now: enough to fill the
+        ``concurrency`` slots and a buffer of ``prefetch`` behind them. Jobs
+        whose outcome is being written do not count, so the next claim
+        overlaps the last completions, but at most as many of them as
+        slots and buffer together are held besides (the database is not answering)."""
+        limit = self.settings.concurrency + self.prefetch
+        return min(limit - self.running - len(self.buffer), 2 * limit - len(self.inflight))
+
+    def claim_due(self) -> bool:
+        """Whether the room is worth a claim call: one free slot without a
+        buffer, else half the buffer, so that one call fetches many."""
+        return self.claim_room() >= max(1, self.prefetch // 2)
 
     def finish(self, job: InFlight) -> None:
         """The job leaves this worker: its slot is free."""
         if self.inflight.get(job.claim.job_id) is job:
             del self.inflight[job.claim.job_id]
-        self.wake.set()
+            self.finished += 1
+        if self.claim_due():
+            self.wake.set()
         if not self.inflight:
             self.idle.set()
 
