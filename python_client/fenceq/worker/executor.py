@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import os
+import queue
 import threading
 import traceback
 from datetime import timedelta
@@ -44,6 +45,33 @@ class Registry(Protocol):
     def handler(self, name: str) -> Handler | None: ...
 
 
+class HandlerThreads:
+    """Daemon threads for plain handlers, each kept for the next job rather
+    than one started per job. Daemon, so that a handler that never returns
+    (abandoned by a stop) cannot keep the process alive; a thread is added
+    whenever none is free, so every running handler has one."""
+
+    def __init__(self) -> None:
+        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._free = 0
+        self._lock = threading.Lock()
+
+    def run(self, function: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            if self._free:
+                self._free -= 1
+            else:
+                threading.Thread(target=self._serve, name="fenceq-handler", daemon=True).start()
+        self._work.put((function, args))
+
+    def _serve(self) -> None:
+        while True:
+            function, args = self._work.get()
+            function(*args)
+            with self._lock:
+                self._free += 1
+
+
 def error_text(error: BaseException) -> str:
     """``Type: message`` and the traceback, bounded, for the job's last_error."""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -64,6 +92,8 @@ class Executor:
         self._settler = settler
         self._transactions = Transactions(state, pool, writer)
         self._kinds: dict[str, tuple[Handler, bool]] = {}  # task -> its handler, and whether it is async
+        self._slots = 0  # slot tasks running
+        self._threads = HandlerThreads()
 
     def _is_async(self, task: str, handler: Handler | None) -> bool:
         if handler is None:
@@ -103,39 +133,42 @@ class Executor:
         return job
 
     def fill(self) -> None:
-        """Start buffered jobs while slots are free (none once a stop was
-        requested: the drain releases them). A buffered job whose claim was
-        lost meanwhile is dropped unrun."""
+        """Put free slots to work on buffered jobs (none once a stop was
+        requested: the drain releases them). A slot is a task that runs
+        buffered jobs one after the other until the buffer is empty, so a
+        busy worker starts no task per job."""
         state = self._state
-        buffer, concurrency = state.buffer, state.settings.concurrency
-        while buffer and state.running < concurrency and not state.stop_requested:
-            job = buffer.popleft()
-            if job.lost.is_set():
-                state.finish(job)
-                continue
-            self._begin(job)
+        while self._slots < state.settings.concurrency and state.buffer and not state.stop_requested:
+            self._slots += 1
+            state.spawn(self._slot())
 
-    def _begin(self, job: InFlight) -> None:
+    async def _slot(self) -> None:
+        state = self._state
+        buffer, task = state.buffer, asyncio.current_task()
+        try:
+            while buffer and not state.stop_requested:
+                job = buffer.popleft()
+                if job.lost.is_set():  # lost while buffered: dropped unrun
+                    state.finish(job)
+                    continue
+                job.task = task
+                await self._run(job)
+        finally:
+            self._slots -= 1
+
+    async def _run(self, job: InFlight) -> None:
         state, claim = self._state, job.claim
         handler = self._registry.handler(claim.task)
         job.is_async = self._is_async(claim.task, handler)
         job.started = state.clock.monotonic()
         job.ctx = AsyncJobContext(job, self) if job.is_async else JobContext(job, self, self._loop)
         state.running += 1
-        job.task = self._loop.create_task(self._execute(job, handler))
-
-    @functools.cached_property
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        return asyncio.get_running_loop()
-
-    async def _execute(self, job: InFlight, handler: Handler | None) -> None:
-        state = self._state
         try:
             try:
                 if state.settings.record_pid:
                     state.spawn(self._set_pid(job))
                 if handler is None:
-                    outcome: Outcome = Failed(f"no handler for task {job.claim.task!r} on this worker "
+                    outcome: Outcome = Failed(f"no handler for task {claim.task!r} on this worker "
                                               f"(tasks: {', '.join(sorted(self._registry.tasks)) or 'none'})",
                                               True)
                     state.events.emit("unknown_task", "no handler registered for this task",
@@ -144,9 +177,10 @@ class Executor:
                     outcome = await self._invoke(job, handler)
             except asyncio.CancelledError:
                 if job.abandoned or state.hard_stop:
-                    return  # the drain releases it
+                    raise  # the drain releases it; this slot ends
                 if not job.cancelled.is_set():
                     raise
+                job.task.uncancel()  # the cancel was this job's: the slot goes on
                 outcome = Cancelled()
         finally:
             state.running -= 1
@@ -155,16 +189,21 @@ class Executor:
             state.events.emit("handler_finished", "handler finished", level=logging.DEBUG, **job.fields,
                               outcome=type(outcome).__name__.lower(),
                               seconds=round(state.clock.monotonic() - job.started, 6))
-        if job.abandoned:
-            return
-        self.fill()  # its slot is free for the next buffered job
+        if not self._settler.hand_over(job, outcome):
+            state.spawn(self._settle(job, outcome))  # written beside the slot, which goes on
         if state.claim_due():
             state.wake.set()
+
+    async def _settle(self, job: InFlight, outcome: Outcome) -> None:
         try:
-            await self._settler.settle(job, outcome)  # finishes the job, now or once its outcome is written
+            await self._settler.settle(job, outcome)  # finishes the job once its outcome is written
         except Exception:  # noqa: BLE001 - a bug must not leak the slot silently
-            state.events.exception("settle_error", "writing the outcome failed", **job.fields)
-            state.finish(job)
+            self._state.events.exception("settle_error", "writing the outcome failed", **job.fields)
+            self._state.finish(job)
+
+    @functools.cached_property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
 
     async def _invoke(self, job: InFlight, handler: Handler) -> Outcome:
         outcome = await self._outcome(job, handler)
@@ -198,9 +237,8 @@ class Executor:
             return Failed(error_text(error), True)
         return Completed(result)
 
-    @staticmethod
-    async def _in_thread(job: InFlight, handler: Handler) -> Any:
-        loop = asyncio.get_running_loop()
+    async def _in_thread(self, job: InFlight, handler: Handler) -> Any:
+        loop = self._loop
         future: asyncio.Future = loop.create_future()
 
         def deliver(ok: bool, value: Any) -> None:
@@ -219,8 +257,7 @@ class Executor:
                 loop.call_soon_threadsafe(deliver, ok, value)
 
         # The handler's thread sees the span (and other context) of its job.
-        threading.Thread(target=contextvars.copy_context().run, args=(target,),
-                         name=f"fenceq-job-{job.fence.job_id}", daemon=True).start()
+        self._threads.run(contextvars.copy_context().run, target)
         return await future
 
     async def _set_pid(self, job: InFlight) -> None:

@@ -34,17 +34,23 @@ class Settler:
         self._writer = writer
         self.completer = Completer(state, writer, self.answered)
 
+    def hand_over(self, job: InFlight, outcome: Outcome) -> bool:
+        """A completion to batch goes to the completer, which finishes the
+        job once answered (True); anything else needs ``settle`` (False)."""
+        if (type(outcome) is not Completed or not self._state.settings.batch_completions
+                or job.cancelled.is_set() or job.abandoned):
+            return False
+        try:
+            result = CheckedJSON(outcome.result, "result")
+        except ConfigError:
+            return False  # settle fails the job: its result is not storable
+        self.completer.add(job, result)
+        return True
+
     async def settle(self, job: InFlight, outcome: Outcome) -> None:
         """Write the outcome; the job leaves the worker once it is written."""
-        if (type(outcome) is Completed and self._state.settings.batch_completions
-                and not job.cancelled.is_set()):
-            try:
-                result = CheckedJSON(outcome.result, "result")
-            except ConfigError as error:
-                outcome = Failed(self._bad_result(job, error), False)
-            else:
-                self.completer.add(job, result)
-                return
+        if job.abandoned:
+            return  # the drain releases it
         try:
             await self._write(job, outcome)
         finally:
