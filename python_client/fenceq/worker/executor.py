@@ -206,15 +206,6 @@ class Executor:
         return asyncio.get_running_loop()
 
     async def _invoke(self, job: InFlight, handler: Handler) -> Outcome:
-        outcome = await self._outcome(job, handler)
-        if not job.committed:
-            return outcome
-        if not isinstance(outcome, Completed):
-            self._state.events.emit("raised_after_commit", "the handler raised after its transaction "
-                                    "committed: the job stays completed", level=logging.WARNING, **job.fields)
-        return Committed()
-
-    async def _outcome(self, job: InFlight, handler: Handler) -> Outcome:
         events = self._state.events
         if events.wanted(logging.DEBUG):
             events.emit("started", "handler started", level=logging.DEBUG, **job.fields)
@@ -224,18 +215,25 @@ class Executor:
         except NonRetryable as error:
             events.emit("handler_error", f"handler raised NonRetryable: {error}", level=logging.WARNING,
                         **job.fields, retry=False)
-            return Failed(error_text(error), False)
+            outcome: Outcome = Failed(error_text(error), False)
         except LeaseLost:
-            return Lost()
+            outcome = Lost()
         except JobCancelled:
-            return Cancelled()
+            outcome = Cancelled()
         except asyncio.CancelledError:
             raise
         except Exception as error:
             events.emit("handler_error", f"handler raised {type(error).__name__}: {error}",
                         level=logging.WARNING, **job.fields, retry=True)
-            return Failed(error_text(error), True)
-        return Completed(result)
+            outcome = Failed(error_text(error), True)
+        else:
+            outcome = Completed(result)
+        if not job.committed:
+            return outcome
+        if not isinstance(outcome, Completed):
+            events.emit("raised_after_commit", "the handler raised after its transaction committed: the job "
+                        "stays completed", level=logging.WARNING, **job.fields)
+        return Committed()
 
     async def _in_thread(self, job: InFlight, handler: Handler) -> Any:
         loop = self._loop

@@ -114,6 +114,7 @@ class WorkerState:
 
     def __init__(self, settings: WorkerSettings, clock: Clock, events: Events, counts: dict[str, int]):
         self.settings = settings
+        self._concurrency = settings.concurrency
         self.clock = clock
         self.events = events
         self.counts = counts
@@ -146,13 +147,13 @@ class WorkerState:
         whose outcome is being written do not count, so the next claim
         overlaps the last completions, but at most as many of them as
         slots and buffer together are held besides (the database is not answering)."""
-        limit = self.settings.concurrency + self.prefetch
+        limit = self._concurrency + self.prefetch
         return min(limit - self.running - len(self.buffer), 2 * limit - len(self.inflight))
 
     def claim_due(self) -> bool:
         """Whether the room is worth a claim call: one free slot without a
         buffer, else half the buffer, so that one call fetches many."""
-        return self.claim_room() >= max(1, self.prefetch // 2)
+        return self.claim_room() >= (self.prefetch >> 1 or 1)
 
     def finish(self, job: InFlight) -> None:
         """The job leaves this worker: its slot is free."""
