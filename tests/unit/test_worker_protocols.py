@@ -420,3 +420,61 @@ async def test_a_second_stop_request_releases_at_once(fake, clock):
     runtime.request_stop()
     await until(task.done)
     assert fake.rows[hung].status == "pending" and runtime.counts["released"] == 1
+
+
+# The claim buffer -------------------------------------------------------------------
+
+@pytest.fixture
+def buffer_of_three(monkeypatch):
+    """The claimer holds three jobs claimed ahead, whatever the rate."""
+    def measure_rate(claimer) -> None:
+        claimer._state.prefetch = 3
+
+    monkeypatch.setattr(Claimer, "_measure_rate", measure_rate)
+
+
+async def test_buffered_jobs_keep_their_leases_and_a_stop_gives_them_back_unspent(fake, clock, buffer_of_three):
+    contexts: list = []
+    hung = fake.submit("hangs")
+    ahead = [fake.submit("finishes") for _ in range(3)]
+    later = fake.submit("finishes")
+    runtime = Runtime(drain_app(contexts, asyncio.Event()), settings_of(concurrency=1, drain_timeout=3600),
+                      open_backend=opener(fake), clock=clock)
+    task = asyncio.create_task(runtime.run())
+    await until(lambda: contexts)
+    await settle()
+    # One slot runs the hanging job; three wait claimed behind it, and no more.
+    assert [fake.rows[j].status for j in ahead] == ["claimed"] * 3 and fake.rows[later].status == "pending"
+    assert [ctx.job_id for ctx in contexts] == [hung]
+    leases = {j: fake.rows[j].lease_expires_at for j in ahead}
+    await until(lambda: all(fake.rows[j].lease_expires_at > leases[j] for j in ahead), clock, step=STEP)
+    runtime.request_stop()
+    await until(lambda: all(fake.rows[j].status == "pending" for j in ahead), clock, step=0)
+    assert not task.done() and fake.rows[hung].status == "claimed", "the running job drains as before"
+    assert [(fake.rows[j].attempts, fake.rows[j].generation) for j in ahead] == [(0, 1)] * 3
+    assert [ctx.job_id for ctx in contexts] == [hung], "a buffered job never starts after a stop"
+    runtime.request_stop()
+    await until(task.done)
+    assert runtime.counts["released"] == 4 and fake.rows[later].generation == 0
+
+
+async def test_a_buffered_job_whose_claim_is_lost_is_dropped_unrun(fake, clock, buffer_of_three):
+    contexts: list = []
+    finish = asyncio.Event()
+    first = fake.submit("finishes")
+    taken = fake.submit("finishes")
+    runtime = Runtime(drain_app(contexts, finish), settings_of(concurrency=1), open_backend=opener(fake),
+                      clock=clock)
+    events: list = []
+    runtime._events.listeners.append(lambda event, fields: events.append((event, fields.get("job_id"))))
+    task = asyncio.create_task(runtime.run())
+    await until(lambda: contexts)
+    await settle()
+    assert fake.rows[taken].status == "claimed"
+    fake.rows[taken].generation += 1  # taken over meanwhile: this worker's fence is stale
+    await until(lambda: ("lease_lost", taken) in events, clock, step=STEP)  # its heartbeat was refused
+    finish.set()
+    await until(lambda: fake.rows[first].status == "completed", clock, step=STEP)
+    await settle()
+    assert [ctx.job_id for ctx in contexts] == [first]
+    await stopped(runtime, task, clock)

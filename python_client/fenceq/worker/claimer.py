@@ -27,7 +27,7 @@ Fill = Callable[[], None]                  # start buffered jobs in free slots
 
 FIRST_IDLE_WAIT = 0.01
 NEXT_DUE_FROM = 0.05     # seconds: a shorter idle wait is not worth a next_due round trip
-PREFETCH_HORIZON = 0.05  # seconds of work, at the rate jobs finish, held claimed ahead
+PREFETCH_HORIZON = 0.2   # seconds of work, at the rate jobs finish, held claimed ahead
 MAX_PREFETCH = 500       # jobs held claimed ahead at most (graphile-worker's local queue)
 RATE_WINDOW = 0.05       # seconds: the shortest span the finishing rate is measured over
 
