@@ -478,3 +478,24 @@ async def test_a_buffered_job_whose_claim_is_lost_is_dropped_unrun(fake, clock, 
     await settle()
     assert [ctx.job_id for ctx in contexts] == [first]
     await stopped(runtime, task, clock)
+
+
+async def test_a_buffered_job_past_its_local_lease_deadline_is_given_back_unrun(fake, clock, buffer_of_three):
+    contexts: list = []
+    finish = asyncio.Event()
+    first, second = fake.submit("finishes"), fake.submit("finishes")
+    runtime = Runtime(drain_app(contexts, finish), settings_of(concurrency=1, lease=10), open_backend=opener(fake),
+                      clock=clock)
+    task = asyncio.create_task(runtime.run())
+    await until(lambda: contexts)
+    await settle()
+    assert fake.rows[second].status == "claimed"
+    fake.drop("heartbeat_batch", times=1000)  # no renewal reaches the database (the first job's either)
+    fake.drop("heartbeat", times=1000)
+    clock.advance(10.5)  # past the lease: this worker cannot vouch for the buffered claim any more
+    finish.set()
+    await until(lambda: fake.called("release"), clock, step=0)
+    await settle()
+    assert [ctx.job_id for ctx in contexts] == [first], "the buffered job never started"
+    runtime.request_stop(now=True)
+    await until(task.done)

@@ -151,6 +151,11 @@ class Executor:
                 if job.lost.is_set():  # lost while buffered: dropped unrun
                     state.finish(job)
                     continue
+                if state.clock.monotonic() >= job.deadline:
+                    # Its lease may have lapsed (a pause, an outage): start
+                    # nothing this worker cannot vouch for; give it back.
+                    state.spawn(self._give_back(job))
+                    continue
                 job.task = task
                 await self._run(job)
         finally:
@@ -193,6 +198,15 @@ class Executor:
             state.spawn(self._settle(job, outcome))  # written beside the slot, which goes on
         if state.claim_due():
             state.wake.set()
+
+    async def _give_back(self, job: InFlight) -> None:
+        try:
+            if (await self._writer.release(job)).took_effect:
+                self._state.counts["released"] += 1
+                self._state.events.emit("released", "buffered job released unstarted: its lease could not "
+                                        "be vouched for", level=logging.WARNING, **job.fields)
+        finally:
+            self._state.finish(job)
 
     async def _settle(self, job: InFlight, outcome: Outcome) -> None:
         try:
