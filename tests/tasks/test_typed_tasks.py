@@ -11,11 +11,12 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from conftest import PATIENCE, worker_running
+from conftest import PATIENCE
 
 import fenceq
 from fenceq.backends.sqlite import database_path
 from fenceq.tasks import TaskFailed
+from fenceq.testing import DatabaseMode
 
 app = fenceq.App(queues=["media", "mail"])
 
@@ -49,13 +50,10 @@ def legacy(ctx):
 
 @pytest.fixture
 def bound(db):
-    app.url = db.url
-    app.submitter = fenceq.tasks.DatabaseClients(db.url)
-    try:
-        with worker_running(app, db.url):
-            yield app
-    finally:
-        app.close()
+    """The App's submissions to the test's database, where its worker runs."""
+    with DatabaseMode(app, db.url, queue_options={"lease": timedelta(seconds=60), "backoff_base": timedelta(0),
+                                                   "backoff_max": timedelta(0)}):
+        yield app
 
 
 def test_submit_then_wait_answers_the_result(bound):
@@ -137,4 +135,21 @@ async def test_submit_async_and_wait_async(bound):
     assert await job.status_async() == "completed"
     jobs = await send_mail.options(priority=1).submit_batch_async([{"to": "x"}, {"to": "y"}])
     assert [await job.wait_async(timeout=PATIENCE) for job in jobs] == ["sent to x", "sent to y"]
-    await app.aclose()
+
+
+async def test_a_producer_needs_no_worker_and_closes_its_clients(db, monkeypatch):
+    producer = fenceq.App(queues=["uploads"], url=db.url)
+
+    @producer.task
+    def scan(ctx, path: str) -> None:
+        pass
+
+    with db.connect() as client:
+        client.create_queue("uploads")
+    sync_job, async_job = scan.submit(path="a"), await scan.submit_async(path="b")
+    assert [sync_job.status(), await async_job.status_async()] == ["pending", "pending"]
+    await producer.aclose()
+    monkeypatch.setenv("FENCEQ_DATABASE_URL", db.url)  # without url=, the client's rule
+    from_environment = fenceq.App(queues=["uploads"])
+    assert from_environment.task(scan.fn).submit(path="c").status() == "pending"
+    from_environment.close()
