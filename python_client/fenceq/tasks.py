@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import sqlite3
 import threading
 import weakref
 from datetime import datetime, timedelta, timezone
@@ -22,7 +21,6 @@ from .client import AsyncClient, Client, Transaction, connect, connect_async, re
 from .errors import config_error
 from .signatures import TaskSignature
 from .types import Job
-from .waiting import WaitTimeout
 
 # The keywords of ``Task.options`` that are ``Client.submit``'s own.
 SUBMIT_OPTIONS = frozenset({"submission_id", "job_id", "priority", "run_at", "expires_at", "max_attempts",
@@ -259,7 +257,7 @@ class Submission:
         target = self._target
         if target is None or submitter.in_process:
             return submitter.client()
-        if isinstance(target, sqlite3.Connection):
+        if type(target).__module__ == "sqlite3":  # a sqlite3.Connection (drivers are imported in backends/ only)
             from .backends.sqlite import SqliteTransaction
 
             return Transaction(SqliteTransaction(target))
@@ -381,4 +379,4 @@ class Task:
 
 
 __all__ = ["DatabaseClients", "JobHandle", "Submission", "Submitter", "Task", "TaskCancelled", "TaskError",
-           "TaskExpired", "TaskFailed", "TaskMissing", "WaitTimeout", "outcome"]
+           "TaskExpired", "TaskFailed", "TaskMissing", "outcome"]

@@ -15,7 +15,6 @@ try:
 except ImportError:
     tasks_framework = pytest.importorskip("django_tasks")
 
-from conftest import PATIENCE  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.test.utils import override_settings  # noqa: E402
 
@@ -28,6 +27,8 @@ if not settings.configured:
 
 import mailer_tasks  # noqa: E402 - its @task needs the settings above
 from fenceq.contrib.django import DjangoTasksApp, FenceqBackend, TaskResultDoesNotExist, worker_app  # noqa: E402
+
+PATIENCE = 60.0  # seconds: bounds a failure only
 
 Status = tasks_framework.TaskResultStatus
 

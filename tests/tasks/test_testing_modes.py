@@ -10,11 +10,12 @@ from datetime import timedelta
 
 import pytest
 import thumbnails
-from conftest import PATIENCE
 from thumbnails import Size, flaky_fetch, make_thumbnail, publish, refuse
 
 import fenceq
 from fenceq.testing import DatabaseMode, InlineMode, MemoryMode
+
+PATIENCE = 60.0  # seconds: bounds a failure only
 
 pytest_plugins = ["pytester"]
 

@@ -11,12 +11,13 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from conftest import PATIENCE
 
 import fenceq
 from fenceq.backends.sqlite import database_path
 from fenceq.tasks import TaskFailed
 from fenceq.testing import DatabaseMode
+
+PATIENCE = 60.0  # seconds: bounds a failure only
 
 app = fenceq.App(queues=["media", "mail"])
 

@@ -169,14 +169,16 @@ class DjangoTasksApp(App):
                 try:
                     return await task.func(*context_of(ctx), *ctx.payload["args"], **ctx.payload["kwargs"])
                 except Exception as error:
-                    await ctx.checkpoint(EXCEPTION_STEP.format(attempt=ctx.attempt), lambda: _class_path(error))
+                    path = _class_path(error)
+                    await ctx.checkpoint(EXCEPTION_STEP.format(attempt=ctx.attempt), lambda: path)
                     raise
         else:
             def handler(ctx: Any) -> Any:
                 try:
                     return task.func(*context_of(ctx), *ctx.payload["args"], **ctx.payload["kwargs"])
                 except Exception as error:
-                    ctx.checkpoint(EXCEPTION_STEP.format(attempt=ctx.attempt), lambda: _class_path(error))
+                    path = _class_path(error)
+                    ctx.checkpoint(EXCEPTION_STEP.format(attempt=ctx.attempt), lambda: path)
                     raise
         return handler
 

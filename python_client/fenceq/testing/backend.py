@@ -149,7 +149,7 @@ class MemoryBackend:
         yield notifications()
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, duty: str) -> AsyncIterator["FakeBackend"]:
+    async def exclusive(self, duty: str) -> AsyncIterator["MemoryBackend"]:
         yield self
 
     def schema_missing(self, error: BaseException) -> bool:
