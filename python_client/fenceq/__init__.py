@@ -4,6 +4,7 @@ from .client import AsyncClient, Client, connect, connect_async
 from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, PersistenceFailed,
                      SubmissionConflict)
 from .locks import LockBusy, LockLost
+from .tasks import JobHandle, Task, TaskCancelled, TaskError, TaskExpired, TaskFailed, TaskMissing
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
                     Schedule, SchemaCheck, new_claim_token)
 from .waiting import WaitTimeout
@@ -14,5 +15,6 @@ __all__ = [
     "ConfigError", "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "JobCancelled", "JobContext",
     "LeaseLost", "LockBusy", "LockLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
-    "Schedule", "WaitTimeout",
+    "Schedule", "WaitTimeout", "JobHandle", "Task", "TaskCancelled", "TaskError", "TaskExpired", "TaskFailed",
+    "TaskMissing",
 ]

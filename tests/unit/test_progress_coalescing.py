@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from fake_backend import FakeBackend
+from fenceq.testing.backend import MemoryBackend as FakeBackend
 from fenceq.worker import App, LeaseLost, Worker
 from fenceq.worker.runtime import Runtime
-from manual_clock import ManualClock, settle, until
+from fenceq.testing.clock import ManualClock, settle, until
 
 STEP = 1 / 8   # seconds: a clock step that adds up exactly
 LEASE = 3.0    # a beat every second

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from fake_backend import FakeBackend
+from fenceq.testing.backend import MemoryBackend as FakeBackend
 from fenceq.backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
 from fenceq.types import Claim, new_claim_token
 from fenceq.worker import App, Worker
@@ -27,7 +27,7 @@ from fenceq.worker.pool import Pool
 from fenceq.worker.runtime import Runtime
 from fenceq.worker.settings import WorkerSettings
 from fenceq.worker.state import COUNTS, InFlight, WorkerState
-from manual_clock import ManualClock, settle, until
+from fenceq.testing.clock import ManualClock, settle, until
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from fake_backend import FakeBackend
+from fenceq.testing.backend import MemoryBackend as FakeBackend
 from fenceq.backends.protocol import JOBS_CHANNEL
 from fenceq.errors import ConfigError
 from fenceq.worker import App
 from fenceq.worker.claimer import NEXT_DUE_FROM, Claimer
 from fenceq.worker.runtime import Runtime
-from manual_clock import ManualClock, settle, until
+from fenceq.testing.clock import ManualClock, settle, until
 from test_worker_protocols import STEP, clock, fake, opener, settings_of, stopped, units  # noqa: F401 - fixtures
 
 HOUR = 3600.0

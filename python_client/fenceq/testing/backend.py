@@ -1,11 +1,18 @@
-"""An in-memory ``AsyncBackend`` for unit tests of the worker's own logic
-(never a stand-in for the database: the real-database tests stay).
+"""An in-memory ``AsyncBackend``: the worker's own unit tests run its units
+over it, and ``fenceq.testing``'s in-process modes run a real ``Runtime``
+over it (docs/testing-your-tasks.md). It is never a stand-in for the
+database where the database's rules are what a test is about.
 
-It keeps just enough of fenceq's rules for the worker's protocols: claims
-with nonces and generations, fenced writes refused once the fence is stale,
-leases on an injected clock. Faults are scripted per operation: ``lose``
-applies the call and then reports ``PersistenceFailed`` (the answer was
-lost), ``drop`` reports it without applying (the call never arrived).
+It keeps just enough of fenceq's rules for the worker's protocols and for
+producers: claims with nonces and generations, fenced writes refused once
+the fence is stale, leases on an injected clock, submissions replayed by
+submission id, active keys, priorities, dependencies, cancel requests.
+Active-key replacement (``force``), concurrency keys and expiry are not
+modelled: a submission that asks for them raises QF100. Queues need not be
+declared, and a retry waits ``retry_backoff``. Faults are scripted per
+operation: ``lose`` applies the call and then reports ``PersistenceFailed``
+(the answer was lost), ``drop`` reports it without applying (the call never
+arrived).
 """
 
 from __future__ import annotations
@@ -19,12 +26,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, AsyncIterator, Sequence
 
-from fenceq.backends import Capabilities, Notification
-from fenceq.errors import PersistenceFailed
-from fenceq.ops import Op
-from fenceq.types import Claim, ClaimState, Job, ReapResult
+from ..backends import Capabilities, Notification
+from ..backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
+from ..errors import PersistenceFailed, config_error, fenceq_error
+from ..ops import Op, SubmitRequest
+from ..types import Claim, ClaimState, Job, ReapResult
 
 DEFAULT_LEASE = timedelta(seconds=30)
+DEFAULT_MAX_ATTEMPTS = 5  # a queue's default
+EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+FINISHED = frozenset({"completed", "failed", "cancelled", "expired"})
+# The operations whose method is named otherwise: ``submit`` puts a job in directly (the tests' shorthand).
+METHODS = {"submit": "submit_request", "submit_batch": "submit_batch_request"}
 
 
 @dataclass
@@ -48,12 +61,19 @@ class Row:
     checkpoints: dict[str, Any] = field(default_factory=dict)
     run_at: datetime | None = None  # claimable from then on (None: from the start)
     progress: Any = None
+    priority: int = 0
+    submission_id: str | None = None
+    active_key: str | None = None
+    depends_on: tuple[str, ...] = ()
+    claims_left: int | None = None  # None: as many as it takes; inline testing allows one at a time
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
-class FakeBackend:
-    name = "fake"
+class MemoryBackend:
+    name = "memory"
 
-    def __init__(self, clock: Any, *, notifications: bool = False):
+    def __init__(self, clock: Any, *, notifications: bool = False, retry_backoff: timedelta = timedelta(0)):
         self.clock = clock
         self.capabilities = Capabilities(notifications=notifications, poll_interval=0.5, control_poll=0.5)
         self.rows: dict[str, Row] = {}
@@ -64,14 +84,18 @@ class FakeBackend:
         self._drop: Counter[str] = Counter()
         self._ids = itertools.count(1)
         self._notes: asyncio.Queue[Notification] = asyncio.Queue()
-        self.retry_backoff = timedelta(0)  # how long fail(retry) keeps a job from being claimed
+        self.retry_backoff = retry_backoff  # how long fail(retry) keeps a job from being claimed
+        self.new_claims_left: int | None = None  # each new job's claims_left
+        self._submissions: dict[str, tuple[str, tuple]] = {}  # submission id -> (job id, its request)
 
     # Set-up and faults ---------------------------------------------------------
 
     def submit(self, task: str, payload: Any = None, *, queue: str = "q", max_attempts: int = 3,
                run_at: datetime | None = None) -> str:
+        """Put a job in directly (no replay, no notification)."""
         job_id = f"job-{next(self._ids)}"
-        self.rows[job_id] = Row(job_id, queue, task, payload, max_attempts, run_at=run_at)
+        self.rows[job_id] = Row(job_id, queue, task, payload, max_attempts, run_at=run_at, created_at=self.now(),
+                                claims_left=self.new_claims_left)
         return job_id
 
     def lose(self, operation: str, times: int = 1) -> None:
@@ -82,6 +106,15 @@ class FakeBackend:
 
     def notify(self, channel: str, payload: str) -> None:
         self._notes.put_nowait(Notification(channel, payload))
+
+    def claimable(self, row: Row, queues: Sequence[str]) -> bool:
+        return (row.status == "pending" and row.queue in queues and row.claims_left != 0
+                and (row.run_at is None or row.run_at <= self.now())
+                and all(self.rows[job_id].status == "completed" for job_id in row.depends_on))
+
+    def idle(self, queues: Sequence[str]) -> bool:
+        """Nothing claimed, and nothing these queues could claim now."""
+        return not any(row.status == "claimed" or self.claimable(row, queues) for row in self.rows.values())
 
     def called(self, operation: str) -> list[dict[str, Any]]:
         return [arguments for name, _, arguments in self.calls if name == operation]
@@ -95,7 +128,7 @@ class FakeBackend:
         if self._drop[op.name]:
             self._drop[op.name] -= 1
             raise PersistenceFailed()
-        answer = getattr(self, op.name)(**arguments)
+        answer = getattr(self, METHODS.get(op.name, op.name))(**arguments)
         self.applied[op.name] += 1
         if self._lose[op.name]:
             self._lose[op.name] -= 1
@@ -116,7 +149,7 @@ class FakeBackend:
         yield notifications()
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, duty: str) -> AsyncIterator["FakeBackend"]:
+    async def exclusive(self, duty: str) -> AsyncIterator["MemoryBackend"]:
         yield self
 
     def schema_missing(self, error: BaseException) -> bool:
@@ -147,11 +180,13 @@ class FakeBackend:
 
     def claim_batch(self, queues: list[str], owner_id: str, claim_tokens: list[str],
                     lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
-        pending = [row for row in self.rows.values() if row.status == "pending" and row.queue in queues
-                   and (row.run_at is None or row.run_at <= self.now())]
+        pending = sorted((row for row in self.rows.values() if self.claimable(row, queues)),
+                         key=lambda row: (-row.priority, row.run_at or EARLIEST))  # stable: then submission order
         claims = []
         for row, token in zip(pending, claim_tokens):
             row.status, row.owner_id, row.claim_token = "claimed", owner_id, token
+            if row.claims_left is not None:
+                row.claims_left -= 1
             row.generation += 1
             row.attempts += 1
             row.lease = lease or DEFAULT_LEASE
@@ -198,7 +233,7 @@ class FakeBackend:
         row = self._live(job_id, owner_id, generation, claim_token)
         if row is None:
             return False
-        row.status, row.lease_expires_at = "completed", None
+        row.status, row.lease_expires_at, row.finished_at = "completed", None, self.now()
         row.result = None if result is None else json.loads(result)
         return True
 
@@ -213,9 +248,11 @@ class FakeBackend:
         row = self._live(job_id, owner_id, generation, claim_token)
         if row is None:
             return False
-        row.status = "pending" if retry and row.attempts < row.max_attempts else "failed"
         row.last_error, row.lease_expires_at = error, None
-        row.run_at = self.now() + self.retry_backoff
+        if retry and row.attempts < row.max_attempts:
+            row.status, row.run_at = "pending", self.now() + self.retry_backoff
+        else:
+            self._finish(row, "failed")
         return True
 
     def next_due(self, queues: list[str]) -> datetime | None:
@@ -260,7 +297,7 @@ class FakeBackend:
         row = self._live(job_id, owner_id, generation, claim_token)
         if row is None or not row.cancel_requested:
             return False
-        row.status, row.lease_expires_at = "cancelled", None
+        self._finish(row, "cancelled")
         return True
 
     def reap(self, max_rows: int | None = None) -> ReapResult:
@@ -274,10 +311,82 @@ class FakeBackend:
         row = self.rows.get(job_id)
         if row is None:
             return None
-        return Job(job_id=row.job_id, queue=row.queue, task=row.task, payload=row.payload, priority=0,
-                   status=row.status, attempts=row.attempts, max_attempts=row.max_attempts, run_at=self.now(),
+        return Job(job_id=row.job_id, queue=row.queue, task=row.task, payload=row.payload, priority=row.priority,
+                   status=row.status, attempts=row.attempts, max_attempts=row.max_attempts,
+                   run_at=row.run_at or row.created_at or self.now(),
                    expires_at=None, owner_id=row.owner_id, generation=row.generation,
                    lease_expires_at=row.lease_expires_at, budget_expires_at=row.budget_expires_at,
                    cancel_requested=row.cancel_requested, pid=None, result=row.result, last_error=row.last_error,
-                   submission_id=None, fingerprint=None, active_key=None, dlq_id=None, created_at=self.now(),
-                   finished_at=None, progress=row.progress)
+                   submission_id=row.submission_id, fingerprint=None, active_key=row.active_key, dlq_id=None,
+                   created_at=row.created_at or self.now(), finished_at=row.finished_at, progress=row.progress)
+
+    # Producers and operators ------------------------------------------------------
+
+    def submit_request(self, queue: str, task: str, payload: str | None = None, submission_id: str | None = None,
+                       job_id: str | None = None, priority: int | None = None, run_at: datetime | None = None,
+                       expires_at: datetime | None = None, max_attempts: int | None = None,
+                       active_key: str | None = None, force: bool = False, concurrency_key: str | None = None,
+                       depends_on: Sequence[str] | None = None) -> str:
+        """The ``submit`` operation (``payload`` is its canonical JSON text)."""
+        for option, value in (("expires_at", expires_at), ("force", force), ("concurrency_key", concurrency_key)):
+            if value:
+                raise config_error("QF100", f"the in-memory backend does not model {option}: "
+                                   "test it against a database (fenceq_postgres)")
+        request = (queue, task, payload, job_id, priority, run_at, max_attempts, active_key, tuple(depends_on or ()))
+        if submission_id is not None and submission_id in self._submissions:
+            kept_id, kept_request = self._submissions[submission_id]
+            if kept_request != request:
+                raise fenceq_error("QF201")
+            return kept_id
+        if job_id is not None and job_id in self.rows:
+            raise fenceq_error("QF203")
+        if active_key is not None and any(row.queue == queue and row.active_key == active_key
+                                          and row.status in ("pending", "claimed") for row in self.rows.values()):
+            raise fenceq_error("QF202")
+        unknown = [each for each in depends_on or () if each not in self.rows]
+        if unknown:
+            raise config_error("QF100", "a dependency names no job")
+        new_id = job_id or f"job-{next(self._ids)}"
+        row = Row(new_id, queue, task, None if payload is None else json.loads(payload),
+                  max_attempts or DEFAULT_MAX_ATTEMPTS, run_at=run_at, priority=priority or 0,
+                  submission_id=submission_id, active_key=active_key, depends_on=tuple(depends_on or ()),
+                  claims_left=self.new_claims_left, created_at=self.now())
+        self.rows[new_id] = row
+        if submission_id is not None:
+            self._submissions[submission_id] = (new_id, request)
+        if any(self.rows[each].status in ("failed", "cancelled", "expired") for each in row.depends_on):
+            row.last_error = "dependency_failed"
+            self._finish(row, "cancelled")
+        elif self.capabilities.notifications:
+            self.notify(JOBS_CHANNEL, queue)
+        return new_id
+
+    def submit_batch_request(self, queue: str, requests: Sequence[SubmitRequest]) -> list[str]:
+        """The ``submit_batch`` operation (its requests already validated)."""
+        return [self.submit_request(queue, request.task, request.payload_value, request.submission_id,
+                                    request.job_id, request.priority, request.run_at, request.expires_at,
+                                    request.max_attempts, request.active_key, request.force,
+                                    request.concurrency_key, request.depends_on)
+                for request in requests]
+
+    def cancel(self, job_id: str, force: bool = False) -> str | None:
+        row = self.rows.get(job_id)
+        if row is None or row.status in FINISHED:
+            return None if row is None else row.status
+        if row.status == "pending" or force:
+            self._finish(row, "cancelled")
+            answer = "cancelled"
+        else:
+            row.cancel_requested = True
+            answer = "cancel_requested"
+        if self.capabilities.notifications:
+            self.notify(CONTROL_CHANNEL, job_id)
+        return answer
+
+    def _finish(self, row: Row, status: str) -> None:
+        """A job ends other than completed: so do its dependents (``dependency_failed``)."""
+        row.status, row.lease_expires_at, row.finished_at = status, None, self.now()
+        for dependent in self.rows.values():
+            if row.job_id in dependent.depends_on and dependent.status in ("pending", "claimed"):
+                dependent.last_error = "dependency_failed"
+                self._finish(dependent, "cancelled")
