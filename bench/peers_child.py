@@ -42,11 +42,11 @@ async def read_line() -> str:
     return (await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)).strip()
 
 
-async def serve(start, stop, handled) -> None:
+async def serve(start, stop, handled, **ready) -> None:
     """The protocol of ``work``: ready, go, stop. ``start`` works the queue
     (it may return at once, having started background tasks), ``stop``
-    stops it, ``handled`` counts the jobs."""
-    say(ready=True)
+    stops it, ``handled`` counts the jobs; ``ready`` goes with the ready line."""
+    say(ready=True, **ready)
     if await read_line() != "go":
         return
     running = asyncio.ensure_future(start())
@@ -73,6 +73,7 @@ def _bench_on_path() -> None:
 
 
 async def work_fenceq_worker(url: str) -> None:
+    import fenceq
     from fenceq.worker import App, Worker
 
     app = App(queues=[QUEUE])
@@ -86,7 +87,7 @@ async def work_fenceq_worker(url: str) -> None:
     async def stop() -> None:
         worker.stop()
 
-    await serve(worker.run_async, stop, lambda: worker.counts["completed"])
+    await serve(worker.run_async, stop, lambda: worker.counts["completed"], fenceq=str(Path(fenceq.__file__).parent))
 
 
 async def work_loop(url: str, system: str) -> None:
