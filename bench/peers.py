@@ -312,6 +312,14 @@ class Server:
         return {"lsn": lsn, "commits": commits}
 
     def end(self, system: System, start: dict, jobs: int, polls: int) -> dict:
+        """After the workers' connections are closed: a backend flushes its
+        commit counts when it exits, a moment after its client has gone."""
+        deadline = time.monotonic() + 10
+        while self.admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+                                 (self.dbname(system), self.conn(system).info.backend_pid)).fetchone()[0]:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         end = self._now(system)
         wal = self.admin.execute("SELECT pg_wal_lsn_diff(%s, %s)", (end["lsn"], start["lsn"])).fetchone()[0]
         out = {"wal_bytes_per_job": float(wal) / jobs,
