@@ -45,6 +45,19 @@ bench: install $(VENV)/.bench-installed
 	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
 	$(BIN)/python -m bench --url $(BENCH_PG_URL) $(BENCH_ARGS)
 	$(if $(findstring --quick,$(BENCH_ARGS)),,$(BIN)/python -m bench.v4_v5 --url $(BENCH_PG_URL) $(BENCH_V4V5_ARGS))
+	$(MAKE) bench-peers $(if $(findstring --quick,$(BENCH_ARGS)),BENCH_PEERS_ARGS="--jobs 2000 --rounds 1 --wake 200")
+
+# fenceq.Worker against the peers' own workers (issue 29 item 5):
+# bench/runs/peers.{json,md}. bench/peers_install installs the peers it can
+# (pgqueuer and procrastinate into .venv, oban into .venv-oban from a Python
+# >= 3.12, graphile-worker, pg-boss and Node 22 into bench/peers_node with
+# npm); one it cannot install or run is reported as not run, with the reason.
+BENCH_PEERS_ARGS ?= --jobs 10000 --rounds 3 --processes 1,4
+.PHONY: bench-peers
+bench-peers: install
+	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
+	VENV=$(VENV) bench/peers_install
+	$(BIN)/python -m bench.peers --url $(BENCH_PG_URL) $(BENCH_PEERS_ARGS)
 
 # Server time line by line of PL/pgSQL (bench/plprofile.py), on its own
 # server with plprofiler preloaded. Not part of make test or make bench.

@@ -404,7 +404,7 @@ def _independent_section(got: dict) -> list[str]:
 
 def render(runs_dir: Path) -> str:
     # make bench's own runs are v<N>.json; the other benches' records beside
-    # them (v4-v5.json, v5-layout.json) are not runs of this report.
+    # them (v4-v5.json, peers.json) are not runs of this report.
     runs = sorted((json.loads(p.read_text()) for p in runs_dir.glob("v*.json") if p.stem[1:].isdigit()),
                   key=lambda r: (int(r["meta"]["version"]), r["meta"]["date"]))
     bare = "\n".join(["```sql", sql.BARE_SCHEMA.strip(), "-- claim", sql.BARE_CLAIM.strip(), "-- complete",

@@ -4,8 +4,9 @@ the bare loop, on one server in one run.
 Two databases: one migrated by the released steps 0001-0004 only, one by
 0001-0005 (the bare loop's table lives in that one); later steps that
 change only function bodies are measured by ``python -m bench.plprofile
---compare-step``. Measured, as
-bench/v5_layout.py measures (its helpers and its fills):
+--compare-step``. Measured (as the storage laboratory bench/v5_layout.py
+measured, whose helpers moved here when it left the tree; it lives at
+commit ea2c8a9):
 
 1. per job, claimed and completed one at a time and 10 at a time, one
    connection with statement tracking on, a CHECKPOINT before each window,
@@ -45,7 +46,6 @@ from fenceq.backends.migrations import apply_postgres_steps_through as apply_thr
 from . import db, drivers
 from . import statements as sql
 from .serverstats import ServerStats
-from .v5_layout import LATER_FILL, NEXT_DUE, QUEUE, ROWS, per_job
 
 SYSTEMS = ("bare", "v4", "v5")
 TITLES = {"bare": "bare", "v4": "version 4", "v5": "version 5"}
@@ -53,6 +53,43 @@ SUBMIT_QUEUE = "submits"
 V4_LAST_STEP = "0004_fenceq_v4"
 V5_STEP = "0005_fenceq_v5"
 CLAIM_BATCH_SIZE = 100  # jobs completed per claim_batch/complete_batch pair when filling
+QUEUE = "v5lab"  # the queue every measured call uses (named after the laboratory it came from)
+
+# ``n`` jobs due later, every priority distinct, in one statement.
+LATER_FILL = {
+    "bare": ("INSERT INTO bare_jobs (queue, task, payload, run_at) "
+             "SELECT %(queue)s, 'bench', '{}', now() + interval '1 day' + n * interval '1 second' "
+             "FROM generate_series(1, %(n)s) AS n"),
+    "fenceq": ("SELECT count(*) FROM fenceq.submit_batch(queue => %(queue)s::text, requests => "
+               "(SELECT jsonb_agg(jsonb_build_object('task', 'bench', 'priority', n, 'run_at', "
+               "now() + interval '1 day' + n * interval '1 second')) "
+               "FROM generate_series(1, %(n)s) AS n))"),
+}
+NEXT_DUE = {"fenceq": "SELECT fenceq.next_due(queues => ARRAY[%(queue)s]::text[])"}
+
+# The per-job table's rows: label, key(s) of per_job()'s result, format.
+ROWS = (("server time per job (µs, top-level statements)", "server_us", "{:,.0f}"),
+        ("statements per job (top-level and nested)", "statements", "{:.0f}"),
+        ("WAL bytes per job", "wal_bytes", "{:,.0f}"),
+        ("index entries per job", "index entries", "{:.2f}"),
+        ("heap inserts / non-HOT updates / HOT updates / deletes per job",
+         ("heap inserts", "heap updates (non-HOT)", "HOT updates", "heap deletes"), "{:.2f}"),
+        ("row locks per job", "row locks", "{:.2f}"),
+        ("full-page images per job", "full-page images", "{:.2f}"))
+
+
+def per_job(window: dict, jobs: int) -> dict:
+    """A window's figures per job: server µs and statements (top-level and
+    nested), WAL, and the WAL census summed over every relation."""
+    top = [s for s in window["statements"] if s["toplevel"]]
+    census: dict[str, float] = {}
+    for counts in (window["relations"] or {}).values():
+        for kind, n in counts.items():
+            census[kind] = census.get(kind, 0) + n / jobs
+    return {"server_us": sum(s["total_ms"] for s in top) * 1000 / jobs,
+            "statements": sum(s["calls"] for s in window["statements"]) / jobs,
+            "wal_bytes": window["wal"]["bytes"] / jobs,
+            **{kind: round(n, 2) for kind, n in sorted(census.items())}}
 
 
 @dataclass
@@ -129,7 +166,7 @@ async def _diagnostic_window(targets: dict[str, Target], target: Target, jobs: i
 # --- 2. jobs due later -------------------------------------------------------------
 
 async def later_probes(targets: dict[str, Target], later: int, calls: int = 200) -> dict:
-    """With ``later`` jobs due later (v5_layout's fill) and none due: server
+    """With ``later`` jobs due later (LATER_FILL) and none due: server
     µs of an empty claim and of next_due. Leaves those jobs behind."""
     out = {}
     for system in SYSTEMS:
