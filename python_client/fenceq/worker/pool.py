@@ -29,20 +29,21 @@ class Pool:
     def __init__(self, open_backend: BackendOpener, size: int, wrap: ClientWrapper | None,
                  on_switch: SwitchListener | None = None):
         self._open_backend = open_backend
-        self._size = size
         self._wrap = wrap
         self._on_switch = on_switch
         self.server: str | None = None  # host:port of the last client opened (PostgreSQL owned connections)
-        self._free: asyncio.Queue = asyncio.Queue()
+        # Idle clients, the last returned on top: a client is opened only
+        # when every open one is busy, so a worker holds as many connections
+        # as it uses at once (each costs the server a process and its caches).
+        self._idle: list[Any] = []
+        self._capacity = asyncio.Semaphore(size)
         self._all: list[Any] = []
         self._first: AsyncBackend | None = None
         self.answered_at: float | None = None  # monotonic: the last call the database answered (health)
 
     async def open(self) -> None:
-        """Open the first client (the rest open when first needed)."""
-        self._free.put_nowait(await self._new())
-        for _ in range(self._size - 1):
-            self._free.put_nowait(None)
+        """Open the first client (the rest open when needed at once)."""
+        self._idle.append(await self._new())
 
     @property
     def backend(self) -> AsyncBackend:
@@ -70,20 +71,22 @@ class Pool:
 
     @contextlib.asynccontextmanager
     async def client(self) -> AsyncIterator[Any]:
-        client = await self._free.get()
-        try:
-            if client is None:
-                client = await self._new()
-            yield client
-        except PersistenceFailed:
-            if client is not None:
-                await self._discard(client)
-            client = None
-            raise
-        else:
-            self.answered_at = time.monotonic()
-        finally:
-            self._free.put_nowait(client)
+        async with self._capacity:
+            client = self._idle.pop() if self._idle else None
+            try:
+                if client is None:
+                    client = await self._new()
+                yield client
+            except PersistenceFailed:
+                if client is not None:
+                    await self._discard(client)
+                client = None
+                raise
+            else:
+                self.answered_at = time.monotonic()
+            finally:
+                if client is not None:
+                    self._idle.append(client)
 
     async def spare(self) -> Any:
         """A client outside the free queue, for one user at a time (a
