@@ -259,11 +259,14 @@ def heartbeat(fence, lease=None) -> Op:
 
 def _fence_arrays(fences: Any) -> list[tuple[str, str, Any]]:
     items = v.sequence(fences, "fences")
-    parts = [_fence_args(fence) for fence in items]
-    return [("job_ids", "text[]", [p[0][2] for p in parts]),
-            ("owner_ids", "text[]", [p[1][2] for p in parts]),
-            ("generations", "bigint[]", [p[2][2] for p in parts]),
-            ("claim_tokens", "text[]", [p[3][2] for p in parts])]
+    for fence in items:
+        if not isinstance(fence, Fence):
+            raise config_error("QF106", "a Fence is required")
+        v.fence_parts(fence.job_id, fence.owner_id, fence.generation, fence.claim_token)
+    return [("job_ids", "text[]", [f.job_id for f in items]),
+            ("owner_ids", "text[]", [f.owner_id for f in items]),
+            ("generations", "bigint[]", [f.generation for f in items]),
+            ("claim_tokens", "text[]", [f.claim_token for f in items])]
 
 
 def heartbeat_batch(fences, lease=None) -> Op:

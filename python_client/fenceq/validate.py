@@ -29,6 +29,8 @@ def _clean_text(value: str) -> bool:
     """No NUL and no unpaired surrogate (which UTF-8 cannot carry)."""
     if "\x00" in value:
         return False
+    if value.isascii():  # a flag of the string: no surrogate to look for
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -153,6 +155,8 @@ def json_value(value: Any, what: str) -> str:
     """Validate a JSON value and return its canonical text (the snapshot)."""
     if type(value) is CheckedJSON:
         return value.text
+    if value is None:
+        return "null"
     _check_json(value, what, depth=0)
     text = canonical_json(value)
     if len(text.encode("utf-8")) > MAX_JSON_BYTES:

@@ -196,7 +196,7 @@ class Executor:
                               seconds=round(state.clock.monotonic() - job.started, 6))
         if not self._settler.hand_over(job, outcome):
             state.spawn(self._settle(job, outcome))  # written beside the slot, which goes on
-        if state.claim_due():
+        if not state.wake.is_set() and state.claim_due():
             state.wake.set()
 
     async def _give_back(self, job: InFlight) -> None:

@@ -160,7 +160,7 @@ class WorkerState:
         if self.inflight.get(job.claim.job_id) is job:
             del self.inflight[job.claim.job_id]
             self.finished += 1
-        if self.claim_due():
+        if not self.wake.is_set() and self.claim_due():
             self.wake.set()
         if not self.inflight:
             self.idle.set()
