@@ -46,6 +46,7 @@ bench: install $(VENV)/.bench-installed
 	$(BIN)/python -m bench --url $(BENCH_PG_URL) $(BENCH_ARGS)
 	$(if $(findstring --quick,$(BENCH_ARGS)),,$(BIN)/python -m bench.v4_v5 --url $(BENCH_PG_URL) $(BENCH_V4V5_ARGS))
 	$(MAKE) bench-peers $(if $(findstring --quick,$(BENCH_ARGS)),BENCH_PEERS_ARGS="--jobs 2000 --rounds 1 --wake 200")
+	$(BIN)/python -m bench.sqlite_worker $(if $(findstring --quick,$(BENCH_ARGS)),--jobs 2000 --rounds 1,--jobs 10000 --rounds 5)
 
 # fenceq.Worker against the peers' own workers (issue 29 item 5):
 # bench/runs/peers.{json,md}. bench/peers_install installs the peers it can

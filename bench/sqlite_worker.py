@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from .sqlite_bench import PAYLOAD, QUEUE, _bare_open, _fenceq_open, _remove
 
@@ -53,12 +54,24 @@ def _fill_fenceq(client, n: int) -> None:
                                     for i in range(min(1000, n - start))])
 
 
+def _timed(step: Callable[[], int], n: int) -> tuple[float, float]:
+    """Seconds and CPU seconds until ``step`` (one claim and its completion:
+    the jobs it did) finds nothing more; all ``n`` jobs must be done."""
+    done = 0
+    started, cpu = time.perf_counter(), time.process_time()
+    while finished := step():
+        done += finished
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert done == n, (done, n)
+    return elapsed, cpu
+
+
 def drain_bare(path: Path, n: int) -> tuple[float, float]:
     connection = _bare_open(path, "FULL")
     _fill_bare(connection, n)
-    execute, done = connection.execute, 0
-    started, cpu = time.perf_counter(), time.process_time()
-    while True:
+    execute = connection.execute
+
+    def step() -> int:
         execute("BEGIN IMMEDIATE")
         rows = execute(
             "UPDATE jobs SET status = 'claimed', owner_id = ?, claim_token = ?, generation = generation + 1,"
@@ -66,36 +79,35 @@ def drain_bare(path: Path, n: int) -> tuple[float, float]:
             " ORDER BY priority DESC, id LIMIT ?) RETURNING id, payload, generation",
             ("worker", secrets.token_hex(16), time.time_ns() // 1000 + 30_000_000, BATCH)).fetchall()
         execute("COMMIT")
-        if not rows:
-            break
-        for row in rows:
-            json.loads(row[1])
-        execute("BEGIN IMMEDIATE")
-        execute(f"UPDATE jobs SET status = 'completed', finished_at = ? WHERE id IN ({','.join('?' * len(rows))})",
-                (time.time_ns() // 1000, *(row[0] for row in rows)))
-        execute("COMMIT")
-        done += len(rows)
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    connection.close()
-    assert done == n, (done, n)
-    return elapsed, cpu
+        if rows:
+            for row in rows:
+                json.loads(row[1])
+            execute("BEGIN IMMEDIATE")
+            execute(f"UPDATE jobs SET status = 'completed', finished_at = ? WHERE id IN ({','.join('?' * len(rows))})",
+                    (time.time_ns() // 1000, *(row[0] for row in rows)))
+            execute("COMMIT")
+        return len(rows)
+
+    try:
+        return _timed(step, n)
+    finally:
+        connection.close()
 
 
 def drain_loop(path: Path, n: int) -> tuple[float, float]:
     client = _fenceq_open(path, "FULL")
     _fill_fenceq(client, n)
-    done = 0
-    started, cpu = time.perf_counter(), time.process_time()
-    while True:
+
+    def step() -> int:
         claims = client.claim_batch([QUEUE], "loop", [secrets.token_hex(16) for _ in range(BATCH)])
-        if not claims:
-            break
-        assert all(client.complete_batch([claim.fence for claim in claims]))
-        done += len(claims)
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    client.close()
-    assert done == n, (done, n)
-    return elapsed, cpu
+        if claims:
+            assert all(client.complete_batch([claim.fence for claim in claims]))
+        return len(claims)
+
+    try:
+        return _timed(step, n)
+    finally:
+        client.close()
 
 
 def drain_worker(path: Path, n: int) -> tuple[float, float]:
