@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: install test test-isolation bench profile sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
+.PHONY: test-django6 install test test-isolation bench profile sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
 
 install: $(VENV)/.installed
 
@@ -111,6 +111,21 @@ test-pg16: install $(VENV)/.pg16-installed
 		--deselect 'tests/test_pg_verify_tamper.py::test_each_check_refuses_its_tampering[deterministic_collations]' \
 		--deselect 'tests/test_due_later.py::test_an_empty_claim_and_next_due_read_one_probe_past_jobs_due_later'; \
 		status=$$?; scripts/pg-test-server --bindir $(PG16_BINDIR) --port $(PG16_PORT) stop; exit $$status
+
+# Django 6's own django.tasks (docs/integrations.md): Django 6 needs Python
+# >= 3.12, and the main venv may be older (there, the tests run on the
+# django-tasks package). A venv of its own from the first python3.12+ found
+# (on PATH, or under pyenv's versions); none found: said, and skipped.
+DJANGO6_VENV := .venv-django6
+test-django6: pg-start
+	@python=""; for c in python3.14 python3.13 python3.12 \
+	    $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3; do \
+	    if "$$c" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then python="$$c"; break; fi; \
+	done; \
+	if [ -z "$$python" ]; then echo "test-django6: no Python >= 3.12 here; skipped"; exit 0; fi; \
+	[ -x $(DJANGO6_VENV)/bin/pytest ] || { "$$python" -m venv $(DJANGO6_VENV) && \
+	    $(DJANGO6_VENV)/bin/pip install --quiet -e '.[test]' 'django>=6'; } && \
+	$(DJANGO6_VENV)/bin/pytest -q -p no:cacheprovider tests/tasks/test_django_backend.py
 
 # The conformance suite (the PostgreSQL half of the db fixture) with its
 # clients going through PgBouncer in transaction mode, two server
