@@ -499,3 +499,25 @@ async def test_a_buffered_job_past_its_local_lease_deadline_is_given_back_unrun(
     assert [ctx.job_id for ctx in contexts] == [first], "the buffered job never started"
     runtime.request_stop(now=True)
     await until(task.done)
+
+
+async def test_plain_handlers_share_kept_threads_which_end_with_the_worker(fake, clock):
+    import threading
+
+    app = App(queues=["q"])
+    ran_on: list[str] = []
+
+    @app.task("plain")
+    def plain(ctx):
+        ran_on.append(threading.current_thread().name)
+
+    jobs = [fake.submit("plain") for _ in range(3)]
+    earlier = set(threading.enumerate())
+    runtime = Runtime(app, settings_of(concurrency=1), open_backend=opener(fake), clock=clock)
+    task = asyncio.create_task(runtime.run())
+    await until(lambda: all(fake.rows[j].status == "completed" for j in jobs), clock, step=STEP)
+    handler_threads = [t for t in set(threading.enumerate()) - earlier if t.name == "fenceq-handler"]
+    assert len(handler_threads) == 1 and ran_on == ["fenceq-handler"] * 3, "one slot, one kept thread"
+    await stopped(runtime, task, clock)
+    handler_threads[0].join(timeout=10)
+    assert not handler_threads[0].is_alive()

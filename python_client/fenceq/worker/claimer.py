@@ -6,10 +6,11 @@ moment ``next_due`` says the next pending job falls due.
 The buffer (``WorkerState.prefetch`` jobs beyond the slots) follows the
 rate at which jobs finish here: as many as finish in ``PREFETCH_HORIZON``,
 at most ``MAX_PREFETCH``, so that fast jobs are fetched hundreds per call
-and slow ones are not hoarded (an idle worker's buffer shrinks to none). Fresh nonces are generated and kept before
-every claim call; when its outcome is unknown, each nonce is asked about
-with ``recover_claim``: an uncertain claim is never made anew, a nonce never
-reused."""
+and slow ones are not hoarded (an idle worker's buffer shrinks to none).
+
+Fresh nonces are generated and kept before every claim call; when its
+outcome is unknown, each nonce is asked about with ``recover_claim``: an
+uncertain claim is never made anew, a nonce never reused."""
 
 from __future__ import annotations
 

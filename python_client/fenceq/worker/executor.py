@@ -49,10 +49,12 @@ class HandlerThreads:
     """Daemon threads for plain handlers, each kept for the next job rather
     than one started per job. Daemon, so that a handler that never returns
     (abandoned by a stop) cannot keep the process alive; a thread is added
-    whenever none is free, so every running handler has one."""
+    whenever none is free, so every running handler has one. ``close`` lets
+    every thread end once its handler (if any) returns."""
 
     def __init__(self) -> None:
-        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._threads = 0
         self._free = 0
         self._lock = threading.Lock()
 
@@ -61,12 +63,19 @@ class HandlerThreads:
             if self._free:
                 self._free -= 1
             else:
+                self._threads += 1
                 threading.Thread(target=self._serve, name="fenceq-handler", daemon=True).start()
         self._work.put((function, args))
 
+    def close(self) -> None:
+        with self._lock:
+            for _ in range(self._threads):
+                self._work.put(None)
+            self._threads = self._free = 0
+
     def _serve(self) -> None:
-        while True:
-            function, args = self._work.get()
+        while (work := self._work.get()) is not None:
+            function, args = work
             function(*args)
             with self._lock:
                 self._free += 1
@@ -214,6 +223,10 @@ class Executor:
         except Exception:  # noqa: BLE001 - a bug must not leak the slot silently
             self._state.events.exception("settle_error", "writing the outcome failed", **job.fields)
             self._state.finish(job)
+
+    def close(self) -> None:
+        """The worker stopped: its handler threads end."""
+        self._threads.close()
 
     @functools.cached_property
     def _loop(self) -> asyncio.AbstractEventLoop:

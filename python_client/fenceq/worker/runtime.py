@@ -70,6 +70,7 @@ class Runtime:
         installed: list[signal.Signals] = []
         background: list[asyncio.Task] = []
         state: WorkerState | None = None
+        executor: Executor | None = None
         try:
             if self._endpoints is not None:
                 self._endpoints.start(loop)
@@ -131,6 +132,8 @@ class Runtime:
             if self._endpoints is not None:
                 await self._endpoints.close_reader()
                 await asyncio.to_thread(self._endpoints.close)
+            if executor is not None:
+                executor.close()
             await pool.close()
             self._events.emit("worker_stopped", "worker stopped", **self.counts)
 
