@@ -269,8 +269,11 @@ class Server:
         self.server_url = server_url
         self.prefix = prefix
         self.admin = db.connect(server_url)
+        # Loaded, and its extension installed (the pgserver wheel's build
+        # of PostgreSQL 16 ships neither; then no server time is read).
         self.statements = bool(self.admin.execute(
-            "SELECT count(*) FROM pg_settings WHERE name = 'pg_stat_statements.track'").fetchone()[0])
+            "SELECT EXISTS (SELECT FROM pg_settings WHERE name = 'pg_stat_statements.track')"
+            " AND EXISTS (SELECT FROM pg_available_extensions WHERE name = 'pg_stat_statements')").fetchone()[0])
         if self.statements:
             self.admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.urls: dict[str, str] = {}
