@@ -13,7 +13,8 @@ synchronous=FULL, BEGIN IMMEDIATE per transaction). Timed: from the
 worker's start (or the loop's first call) until the last job is done; the
 process's CPU over the same span.
 
-- **Worker**: ``Worker(app, url=..., concurrency=16)``, async no-op handler.
+- **Worker**: ``bench.worker_bench``'s drain: ``Worker(app, url=..., concurrency=16)``,
+  async no-op handler.
 - **fenceq loop**: ``claim_batch`` of 100 nonces, then ``complete_batch``
   of what it claimed, until a claim comes back empty.
 - **bare loop**: ``UPDATE ... WHERE id IN (SELECT ... LIMIT 100) RETURNING``
@@ -33,10 +34,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from . import worker_bench
 from .sqlite_bench import PAYLOAD, QUEUE, _bare_open, _fenceq_open, _remove
 
 BATCH = 100
-CONCURRENCY = 16
 
 
 def _fill_bare(connection, n: int) -> None:
@@ -48,9 +49,9 @@ def _fill_bare(connection, n: int) -> None:
         connection.execute("COMMIT")
 
 
-def _fill_fenceq(client, n: int) -> None:
+def _fill_fenceq(client, n: int, queue: str = QUEUE, task: str = "t") -> None:
     for start in range(0, n, 1000):
-        client.submit_batch(QUEUE, [{"task": "t", "payload": dict(PAYLOAD, n=start + i)}
+        client.submit_batch(queue, [{"task": task, "payload": dict(PAYLOAD, n=start + i)}
                                     for i in range(min(1000, n - start))])
 
 
@@ -111,34 +112,13 @@ def drain_loop(path: Path, n: int) -> tuple[float, float]:
 
 
 def drain_worker(path: Path, n: int) -> tuple[float, float]:
-    from fenceq.worker import App, Worker
-
+    """``bench.worker_bench``'s fenceq drain (its queue, task and worker), on SQLite."""
     client = _fenceq_open(path, "FULL")
-    _fill_fenceq(client, n)
+    client.create_queue(worker_bench.QUEUE)
+    _fill_fenceq(client, n, worker_bench.QUEUE, worker_bench.TASK)
     client.close()
-    app = App(queues=[QUEUE])
-
-    @app.task("t")
-    async def noop(ctx):  # noqa: ANN001 - a no-op handler
-        return None
-
-    worker = Worker(app, url=f"sqlite:///{path}", concurrency=CONCURRENCY, reap_interval=None)
-
-    async def drain() -> float:
-        started = time.perf_counter()
-        running = asyncio.create_task(worker.run_async())
-        while worker.counts["completed"] < n:
-            if running.done():
-                running.result()
-                raise RuntimeError("the worker stopped early")
-            await asyncio.sleep(0.001)
-        elapsed = time.perf_counter() - started
-        worker.stop()
-        await running
-        return elapsed
-
     cpu = time.process_time()
-    elapsed = asyncio.run(drain())
+    elapsed = asyncio.run(worker_bench.drain_fenceq(f"sqlite:///{path}", n))
     return elapsed, time.process_time() - cpu
 
 
