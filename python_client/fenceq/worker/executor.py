@@ -49,23 +49,26 @@ class HandlerThreads:
     """Daemon threads for plain handlers, each kept for the next job rather
     than one started per job. Daemon, so that a handler that never returns
     (abandoned by a stop) cannot keep the process alive; a thread is added
-    whenever none is free, so every running handler has one. ``close`` lets
-    every thread end once its handler (if any) returns."""
+    whenever none is free, so every running handler has one. A thread counts
+    itself free before it hands over what its work returned, so the next job
+    that the answer lets in finds it free. ``close`` lets every thread end
+    once its handler (if any) returns."""
 
     def __init__(self) -> None:
-        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]] | None] = queue.SimpleQueue()
         self._threads = 0
         self._free = 0
         self._lock = threading.Lock()
 
-    def run(self, function: Callable[..., Any], *args: Any) -> None:
+    def run(self, work: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Run ``work`` on a kept thread, then call ``then`` with what it returned."""
         with self._lock:
             if self._free:
                 self._free -= 1
             else:
                 self._threads += 1
                 threading.Thread(target=self._serve, name="fenceq-handler", daemon=True).start()
-        self._work.put((function, args))
+        self._work.put((work, then))
 
     def close(self) -> None:
         with self._lock:
@@ -74,11 +77,12 @@ class HandlerThreads:
             self._threads = self._free = 0
 
     def _serve(self) -> None:
-        while (work := self._work.get()) is not None:
-            function, args = work
-            function(*args)
+        while (item := self._work.get()) is not None:
+            work, then = item
+            answer = work()
             with self._lock:
                 self._free += 1
+            then(answer)
 
 
 def error_text(error: BaseException) -> str:
@@ -273,16 +277,19 @@ class Executor:
                 else:
                     future.set_exception(value)
 
-        def target() -> None:
+        def call() -> tuple[bool, Any]:
             try:
-                value, ok = handler(job.ctx), True
+                return True, handler(job.ctx)
             except BaseException as error:  # noqa: BLE001 - handed to the loop
-                value, ok = error, False
+                return False, error
+
+        def hand_over(answer: tuple[bool, Any]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is gone: the job was released
-                loop.call_soon_threadsafe(deliver, ok, value)
+                loop.call_soon_threadsafe(deliver, *answer)
 
         # The handler's thread sees the span (and other context) of its job.
-        self._threads.run(contextvars.copy_context().run, target)
+        context = contextvars.copy_context()
+        self._threads.run(lambda: context.run(call), hand_over)
         return await future
 
     async def _set_pid(self, job: InFlight) -> None:
