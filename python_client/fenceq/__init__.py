@@ -5,14 +5,15 @@ from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, Persist
                      SubmissionConflict)
 from .locks import LockBusy, LockLost
 from .tasks import JobHandle, Task, TaskCancelled, TaskError, TaskExpired, TaskFailed, TaskMissing
-from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats, ReapResult,
-                    Schedule, SchemaCheck, new_claim_token)
+from .types import (Attempt, Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job, JobEvent,
+                    QueueStats, ReapResult, Schedule, SchemaCheck, new_claim_token)
 from .waiting import WaitTimeout
 from .worker import App, AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable, Worker
 
 __all__ = [
     "App", "AsyncClient", "AsyncJobContext", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client",
-    "ConfigError", "DeadLetter", "ErrorCode", "Fence", "FenceqError", "Job", "JobCancelled", "JobContext",
+    "ConfigError", "DeadLetter", "Dispatch", "DispatchCandidate", "ErrorCode", "Fence", "FenceqError", "Job",
+    "JobCancelled", "JobContext", "JobEvent",
     "LeaseLost", "LockBusy", "LockLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
     "Schedule", "WaitTimeout", "JobHandle", "Task", "TaskCancelled", "TaskError", "TaskExpired", "TaskFailed",

@@ -22,7 +22,7 @@ from .backends import protocol as reads
 from .backends.migrations import migrate
 from .errors import config_error
 from .locks import AsyncHeldLock, HeldLock
-from .types import Claim, ClaimState, DeadLetter, Fence, Job, Schedule
+from .types import Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job, JobEvent, Schedule
 from .waiting import Waiter
 
 __all__ = ["AsyncClient", "AsyncTransaction", "Client", "Transaction", "backend_of", "connect", "connect_async", "resolve_url"]
@@ -53,15 +53,19 @@ class _Operations:
     # Queues
     def create_queue(self, queue: str, *, lease: timedelta | None = None, max_attempts: int | None = None,
                      backoff_base: timedelta | None = None, backoff_factor: float | None = None,
-                     backoff_max: timedelta | None = None, dead_letter: bool | None = None) -> bool:
+                     backoff_max: timedelta | None = None, dead_letter: bool | None = None,
+                     requeue_priority: str | None = None) -> bool:
+        """``requeue_priority``: where a job requeued by ``reap`` re-enters
+        (``keep``, the default, ``first`` or ``last``)."""
         return self._call(ops.create_queue(queue, lease, max_attempts, backoff_base, backoff_factor,
-                                           backoff_max, dead_letter))
+                                           backoff_max, dead_letter, requeue_priority))
 
     def alter_queue(self, queue: str, *, lease: timedelta | None = None, max_attempts: int | None = None,
                     backoff_base: timedelta | None = None, backoff_factor: float | None = None,
-                    backoff_max: timedelta | None = None, dead_letter: bool | None = None) -> None:
+                    backoff_max: timedelta | None = None, dead_letter: bool | None = None,
+                    requeue_priority: str | None = None) -> None:
         return self._call(ops.alter_queue(queue, lease, max_attempts, backoff_base, backoff_factor,
-                                          backoff_max, dead_letter))
+                                          backoff_max, dead_letter, requeue_priority))
 
     def pause_queue(self, queue: str) -> bool:
         return self._call(ops.pause_queue(queue))
@@ -74,6 +78,11 @@ class _Operations:
 
     def set_queue_notify_done(self, queue: str, notify: bool) -> bool:
         return self._call(ops.set_queue_notify_done(queue, notify))
+
+    def set_queue_history(self, queue: str, enabled: bool, *, retention: timedelta | None = None) -> bool:
+        """Whether the queue's jobs write events (``get_job_events``);
+        ``retention``: ``purge`` removes events older than this."""
+        return self._call(ops.set_queue_history(queue, enabled, retention))
 
     def set_queue_limits(self, queue: str, *, max_claimed: int | None = None,
                          max_claimed_per_key: int | None = None, rate_limit: int | None = None,
@@ -139,6 +148,26 @@ class _Operations:
     def acknowledge_cancel(self, fence: Fence) -> bool:
         return self._call(ops.acknowledge_cancel(fence))
 
+    # External execution (docs/external-execution.md)
+    def reserve_dispatch(self, fence: Fence, backend: str, reservation_ref: str) -> bool:
+        return self._call(ops.reserve_dispatch(fence, backend, reservation_ref))
+
+    def finalize_dispatch(self, fence: Fence, reservation_ref: str, execution_ref: str) -> bool:
+        return self._call(ops.finalize_dispatch(fence, reservation_ref, execution_ref))
+
+    def release_dispatch(self, fence: Fence, reservation_ref: str) -> bool:
+        return self._call(ops.release_dispatch(fence, reservation_ref))
+
+    def replace_dispatch_ref(self, fence: Fence, expected_ref: str, execution_ref: str) -> bool:
+        return self._call(ops.replace_dispatch_ref(fence, expected_ref, execution_ref))
+
+    def adopt_dispatch(self, job_id: str, backend: str, expected_ref: str, owner_id: str, claim_token: str, *,
+                       lease: timedelta | None = None) -> Claim | None:
+        return self._call(ops.adopt_dispatch(job_id, backend, expected_ref, owner_id, claim_token, lease))
+
+    def dispatch_repair_candidates(self, backend: str, *, max_rows: int | None = None) -> list[DispatchCandidate]:
+        return self._call(ops.dispatch_repair_candidates(backend, max_rows))
+
     def reap(self, *, max_rows: int | None = None):
         return self._call(ops.reap(max_rows))
 
@@ -175,6 +204,9 @@ class _Operations:
 
     def attempts(self, job_id: str):
         return self._call(ops.attempts(job_id))
+
+    def get_job_events(self, job_id: str) -> list[JobEvent]:
+        return self._call(ops.get_job_events(job_id))
 
     def stats(self):
         return self._call(ops.stats())
@@ -252,6 +284,10 @@ class _Operations:
 
     def locks(self, *, after: str | None = None, limit: int = 50) -> list[reads.Lock]:
         return self._call(reads.locks(after, limit))
+
+    def dispatches(self, *, backend: str | None = None, after: str | None = None,
+                   limit: int = 50) -> list[Dispatch]:
+        return self._call(reads.dispatches(backend, after, limit))
 
 
 class Client(_Operations):

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 from . import cron as cron_expression
 from . import validate as v
 from .errors import config_error
-from .types import (Attempt, Claim, ClaimState, DeadLetter, Fence, Job, QueueStats,
-                    ReapResult, SchemaCheck)
+from .types import (Attempt, Claim, ClaimState, DeadLetter, DispatchCandidate, Fence, Job, JobEvent,
+                    QueueStats, ReapResult, SchemaCheck)
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,20 @@ def _fence_args(fence: Any) -> list[tuple[str, str, Any]]:
 
 # Queues ---------------------------------------------------------------------
 
-_QUEUE_SETTINGS = ("lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter")
+_QUEUE_SETTINGS = ("lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter",
+                   "requeue_priority")
+# Where a job requeued by reap (its lease lapsed) re-enters its queue.
+REQUEUE_PRIORITIES = ("keep", "first", "last")
+
+
+def _requeue_priority(value: Any) -> str | None:
+    if value is not None and value not in REQUEUE_PRIORITIES:
+        raise config_error("QF100", "requeue_priority must be one of " + ", ".join(REQUEUE_PRIORITIES))
+    return value
 
 
 def _queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor, backoff_max,
-                    dead_letter) -> list[tuple[str, str, Any]]:
+                    dead_letter, requeue_priority) -> list[tuple[str, str, Any]]:
     return [
         ("queue", "text", v.name(queue, "queue")),
         ("lease", "interval", v.duration(lease, "lease")),
@@ -78,22 +87,26 @@ def _queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor, ba
         ("backoff_factor", "double", v.factor(backoff_factor)),
         ("backoff_max", "interval", v.duration(backoff_max, "backoff_max", allow_zero=True)),
         ("dead_letter", "boolean", None if dead_letter is None else v.boolean(dead_letter, "dead_letter")),
+        ("requeue_priority", "text", _requeue_priority(requeue_priority)),
     ]
 
 
 def create_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
-                 backoff_max=None, dead_letter=None) -> Op:
+                 backoff_max=None, dead_letter=None, requeue_priority=None) -> Op:
     """Settings left None take the function's DEFAULTs."""
-    return Op("create_queue", _args(*_queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor,
-                                                     backoff_max, dead_letter), optional=_QUEUE_SETTINGS),
-              Shape.SCALAR, bool)
+    settings = _queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor, backoff_max, dead_letter,
+                               requeue_priority)
+    return Op("create_queue", _args(*settings, optional=_QUEUE_SETTINGS), Shape.SCALAR, bool)
 
 
 def alter_queue(queue, lease=None, max_attempts=None, backoff_base=None, backoff_factor=None,
-                backoff_max=None, dead_letter=None) -> Op:
-    """Settings left None are sent as NULL: unchanged."""
+                backoff_max=None, dead_letter=None, requeue_priority=None) -> Op:
+    """Settings left None are sent as NULL: unchanged. requeue_priority is
+    left out instead (its DEFAULT is NULL too), so the call still matches a
+    schema older than version 6 when it is not asked for."""
     return Op("alter_queue", _args(*_queue_settings(queue, lease, max_attempts, backoff_base, backoff_factor,
-                                                    backoff_max, dead_letter)), Shape.VOID)
+                                                    backoff_max, dead_letter, requeue_priority),
+                                   optional=("requeue_priority",)), Shape.VOID)
 
 
 def pause_queue(queue) -> Op:
@@ -127,6 +140,13 @@ def set_queue_limits(queue, max_claimed=None, max_claimed_per_key=None, rate_lim
 def set_queue_notify_done(queue, notify) -> Op:
     return Op("set_queue_notify_done", _args(("queue", "text", v.name(queue, "queue")),
                                              ("notify", "boolean", v.boolean(notify, "notify"))),
+              Shape.SCALAR, bool)
+
+
+def set_queue_history(queue, enabled, retention=None) -> Op:
+    return Op("set_queue_history", _args(("queue", "text", v.name(queue, "queue")),
+                                         ("enabled", "boolean", v.boolean(enabled, "enabled")),
+                                         ("retention", "interval", v.duration(retention, "retention"))),
               Shape.SCALAR, bool)
 
 
@@ -347,6 +367,65 @@ def progress(fence, value) -> Op:
 def reap(max_rows=None) -> Op:
     return Op("reap", _args(("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1)),
                             optional=("max_rows",)), Shape.ROW, ReapResult)
+
+
+# External execution (docs/external-execution.md) ------------------------------
+
+MAX_REPAIR_ROWS = 100_000
+BACKEND_NAME_LENGTH = 200
+
+
+def _dispatch_backend(backend) -> tuple[str, str, Any]:
+    return ("backend", "text", v.name(backend, "backend", max_length=BACKEND_NAME_LENGTH))
+
+
+def _ref(value, what: str) -> tuple[str, str, Any]:
+    return (what, "text", v.name(value, what))
+
+
+def reserve_dispatch(fence, backend, reservation_ref) -> Op:
+    return Op("reserve_dispatch", _args(*_fence_args(fence), _dispatch_backend(backend),
+                                        _ref(reservation_ref, "reservation_ref")), Shape.SCALAR, bool)
+
+
+def finalize_dispatch(fence, reservation_ref, execution_ref) -> Op:
+    return Op("finalize_dispatch", _args(*_fence_args(fence), _ref(reservation_ref, "reservation_ref"),
+                                         _ref(execution_ref, "execution_ref")), Shape.SCALAR, bool)
+
+
+def release_dispatch(fence, reservation_ref) -> Op:
+    return Op("release_dispatch", _args(*_fence_args(fence), _ref(reservation_ref, "reservation_ref")),
+              Shape.SCALAR, bool)
+
+
+def replace_dispatch_ref(fence, expected_ref, execution_ref) -> Op:
+    return Op("replace_dispatch_ref", _args(*_fence_args(fence), _ref(expected_ref, "expected_ref"),
+                                            _ref(execution_ref, "execution_ref")), Shape.SCALAR, bool)
+
+
+def adopt_dispatch(job_id, backend, expected_ref, owner_id, claim_token, lease=None) -> Op:
+    return Op("adopt_dispatch", _args(
+        ("job_id", "text", v.job_id(job_id)),
+        _dispatch_backend(backend),
+        _ref(expected_ref, "expected_ref"),
+        ("owner_id", "text", v.name(owner_id, "owner_id")),
+        ("claim_token", "text", v.name(claim_token, "claim_token")),
+        ("lease", "interval", v.duration(lease, "lease")),
+        optional=("lease",),
+    ), Shape.ROW, Claim)
+
+
+def dispatch_repair_candidates(backend, max_rows=None) -> Op:
+    """Writes: each row returned is marked checked."""
+    return Op("dispatch_repair_candidates", _args(
+        _dispatch_backend(backend),
+        ("max_rows", "integer", v.integer(max_rows, "max_rows", minimum=1, maximum=MAX_REPAIR_ROWS)),
+        optional=("max_rows",),
+    ), Shape.ROWS, DispatchCandidate)
+
+
+def get_job_events(job_id) -> Op:
+    return Op("get_job_events", _args(("job_id", "text", v.job_id(job_id))), Shape.ROWS, JobEvent, writes=False)
 
 
 # Named locks (docs/guarantees.md §15) ----------------------------------------

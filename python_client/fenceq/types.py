@@ -159,3 +159,50 @@ class Schedule:
     next_run_at: datetime | None
     last_run_at: datetime | None
     last_job_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """A live dispatch: a claimed job whose work was handed to an external
+    system (docs/external-execution.md). ``state`` is ``reserved`` (the
+    external call may or may not have happened) or ``running``."""
+
+    job_id: str
+    queue: str
+    backend: str
+    state: str
+    reservation_ref: str
+    execution_ref: str | None
+    owner_id: str
+    generation: int
+    lease_expires_at: datetime | None
+    checked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchCandidate:
+    """A live dispatch whose claim lapsed, to adopt and reconcile. ``ref``
+    is the reservation ref while ``reserved``, the execution ref once
+    ``running``: what ``adopt_dispatch`` expects."""
+
+    job_id: str
+    queue: str
+    task: str
+    state: str
+    ref: str
+    generation: int
+    lapsed_at: datetime
+    checked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One transition of a job whose queue keeps history."""
+
+    job_id: str
+    seq: int
+    at: datetime
+    event: str
+    generation: int | None
+    owner_id: str | None
+    detail: dict[str, Any]

@@ -33,7 +33,7 @@ from psycopg.types.json import set_json_loads
 from ..canonical import json_string, utc_text
 from ..errors import FenceqError, PersistenceFailed, config_error, translate
 from ..ops import Op, Shape, SubmitRequest
-from ..types import DeadLetter, Job
+from ..types import DeadLetter, Dispatch, Job
 from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import answer
 
@@ -119,6 +119,9 @@ _VIEWS.update({
     "schedules": f"SELECT {columns(Schedule)} FROM fenceq.schedules WHERE schedule > %(after)s::text"
                  f" ORDER BY schedule {_LIMIT}",
     "locks": f"SELECT {columns(Lock)} FROM fenceq.locks WHERE lock > %(after)s::text ORDER BY lock {_LIMIT}",
+    "dispatches": f"SELECT {columns(Dispatch)} FROM fenceq.dispatches WHERE job_id > %(after_job_id)s::text"
+                  " AND (%(backend)s::text IS NULL OR backend = %(backend)s::text)"
+                  f" ORDER BY job_id {_LIMIT}",
 })
 
 

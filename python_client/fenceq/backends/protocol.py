@@ -16,7 +16,7 @@ from typing import Any, AsyncContextManager, AsyncIterator, ContextManager, Prot
 from .. import validate as v
 from ..errors import config_error
 from ..ops import Arg, Op, Shape
-from ..types import DeadLetter, Job, QueueStats, Schedule
+from ..types import DeadLetter, Dispatch, Job, QueueStats, Schedule
 
 # The channels the SQL notifies on (PostgreSQL): a job of the named queue is
 # due, and a claim's state changed (the payload is the job id).
@@ -129,7 +129,8 @@ class AsyncBackend(Protocol):
 #
 # The dashboard and the metrics read the public views (fenceq.jobs,
 # fenceq.attempts, fenceq.dead_letters, fenceq.queue_stats and, once a schema
-# has them, fenceq.checkpoints, fenceq.schedules, fenceq.locks). These reads
+# has them, fenceq.checkpoints, fenceq.schedules, fenceq.locks,
+# fenceq.dispatches). These reads
 # are not SQL functions, so they are not in ops.py (whose every operation has
 # a function or a statement file); each backend answers them by name from its
 # own view queries, every one driven by an index (docs/observability.md
@@ -294,3 +295,11 @@ def locks(after: str | None = None, limit: Any = 50) -> Op:
     """Named locks by name, without their tokens (needs the view fenceq.locks)."""
     return _read("locks", Shape.ROWS, Lock, ("after", "text", "" if after is None else v.name(after, "after")),
                  _limit(limit))
+
+
+def dispatches(backend: Any = None, after: str | None = None, limit: Any = 50) -> Op:
+    """Live dispatches by job id, of one external system or of all (needs
+    the view fenceq.dispatches); ``after`` is the last row's job id."""
+    return _read("dispatches", Shape.ROWS, Dispatch,
+                 ("backend", "text", v.name(backend, "backend", max_length=200, nullable=True)),
+                 ("after_job_id", "text", "" if after is None else v.job_id(after)), _limit(limit))

@@ -31,7 +31,7 @@ from .. import canonical
 from .._resources import sql_dir
 from ..errors import PersistenceFailed, config_error, translate
 from ..ops import Op, SubmitRequest
-from ..types import DeadLetter, Job, SchemaCheck
+from ..types import DeadLetter, Dispatch, Job, SchemaCheck
 from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, columns
 from .results import Kind, answer
 from .sqlite_schedules import COMPUTED_IN_TRANSACTION
@@ -116,6 +116,8 @@ _VIEWS.update({
     "schedules": f"SELECT {columns(Schedule)} FROM fenceq_schedules WHERE schedule > :after"
                  " ORDER BY schedule LIMIT :limit",
     "locks": f"SELECT {columns(Lock)} FROM fenceq_locks WHERE lock > :after ORDER BY lock LIMIT :limit",
+    "dispatches": f"SELECT {columns(Dispatch)} FROM fenceq_dispatches WHERE job_id > :after_job_id"
+                  " AND (:backend IS NULL OR backend = :backend) ORDER BY job_id LIMIT :limit",
 })
 
 _PARAMETER = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
