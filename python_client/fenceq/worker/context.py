@@ -203,7 +203,7 @@ class _ContextBase:
 
 
 DISPATCH_CONTRACT = """Hand the job's work to the external system ``backend`` (a name of 1 to
-        200 characters) under the fence (docs/external-execution.md): reserve
+        255 characters) under the fence (docs/external-execution.md): reserve
         a dispatch under a fresh reservation ref, run ``call(reservation_ref)``,
         which starts the work there with that ref as its idempotency key and
         returns the external system's id for it (the execution ref), then
