@@ -97,6 +97,8 @@ class Reconciled(str, enum.Enum):
     ERROR = "error"              # poll, a hook or the database failed: left to lapse
 
 
+DEFAULT_PAGE = 100  # dispatch_repair_candidates' own default max_rows
+
 Poll = Callable[[str], PollResult | Awaitable[PollResult]]
 CancelHook = Callable[[str], Any]
 
@@ -109,7 +111,8 @@ class Reconciler:
     names the adopting claims (default: host, pid and a random part);
     ``lease`` (seconds or timedelta; default the queue's) is how long an
     adopted claim lasts, so how often running work is checked; ``interval``
-    the wait between rounds; ``max_rows`` a round's page (default 100).
+    the wait between rounds (none after a full page); ``max_rows`` a round's
+    page (default DEFAULT_PAGE).
 
     ``run()`` blocks until ``stop()``; ``await run_async()`` is its async
     form; ``await reconcile_once()`` runs one round.
@@ -145,7 +148,7 @@ class Reconciler:
         try:
             while not self._stop.is_set():
                 try:
-                    full = len(await self.reconcile_once()) == (self.max_rows or 100)
+                    full = len(await self.reconcile_once()) == (self.max_rows or DEFAULT_PAGE)
                 except PersistenceFailed:
                     self._events.emit("reconcile_error", "the database could not be reached; next round later",
                                       level=logging.WARNING, backend=self.backend)
