@@ -1,6 +1,6 @@
 """The worker's side of ``ctx.dispatch`` (docs/external-execution.md): the
 fenced steps around a handler's call to an external system. Reserve a
-dispatch under a fresh reservation ref (the idempotency key the call
+dispatch under the attempt's reservation ref (the idempotency key the call
 carries), then finalize it with the external system's execution ref, or
 release it when the call surely never started the work.
 
@@ -11,7 +11,6 @@ adopts the job once its lease lapses (reap never requeues it)."""
 from __future__ import annotations
 
 import logging
-import uuid
 
 from ..errors import PersistenceFailed
 from .context import JobCancelled, LeaseLost
@@ -20,8 +19,14 @@ from .pool import Pool
 from .state import InFlight, WorkerState
 
 
-def new_reservation_ref() -> str:
-    return str(uuid.uuid4())
+def reservation_ref_of(job: InFlight) -> str:
+    """The idempotency key of this attempt's external call: the same for
+    every claim of one attempt (a release, or a reconciler that found the
+    reservation unknown and released it, does not count an attempt), so a
+    late call from a paused dispatcher and the re-run's call carry one key,
+    and an external system that honours idempotency keys starts the work
+    once. A retry after a failure is a new attempt and a new key."""
+    return f"fenceq:{job.claim.job_id}:{job.claim.attempt}"
 
 
 class Dispatcher:
@@ -35,7 +40,7 @@ class Dispatcher:
         ``LeaseLost`` (or ``JobCancelled`` after a cancel request) when
         refused, ``PersistenceFailed`` when the database stayed
         unreachable: the external call must not be made then."""
-        reservation_ref = new_reservation_ref()
+        reservation_ref = reservation_ref_of(job)
         verdict = await self._writer.write(job, "reserve_dispatch",
                                            lambda c: c.reserve_dispatch(job.fence, backend, reservation_ref))
         if verdict is Verdict.ABANDONED:
