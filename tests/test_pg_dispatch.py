@@ -168,6 +168,7 @@ def test_adoptions_racing_late_finalizes_start_each_work_once(pg):
     with pg.connect() as client:
         rows = {d.job_id: d for d in client.dispatches()}
         for (c, ref), late, adoption in zip(started, finalized, adopted):
+            assert adoption is None or isinstance(adoption, fenceq.Claim), (c.job_id, adoption)
             assert (late is True) != (adoption is not None), (c.job_id, late, adoption)
             row = rows[c.job_id]
             assert (row.state, row.reservation_ref, row.execution_ref) == ("running", ref, f"exec-{ref}")
