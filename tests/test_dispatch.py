@@ -384,7 +384,8 @@ def test_reap_leaves_a_lapsed_dispatched_job_claimed(db, state, cancel):
         ref = "r1" if state == "reserved" else "x1"
         assert [(k.job_id, k.state, k.ref) for k in client.dispatch_repair_candidates(BACKEND)] == [
             (dispatched.job_id, state, ref)]
-        # Nobody else can claim it; its lapsed fence still writes nothing.
+        # Nobody else can claim it (the requeued job, yes); its lapsed fence still writes nothing.
+        assert client.claim_next(["q"], "w3", fenceq.new_claim_token()).job_id == plain.job_id
         assert client.claim_next(["q"], "w3", fenceq.new_claim_token()) is None
         assert client.complete(dispatched.fence) is False
 
