@@ -50,6 +50,11 @@ $$;
 COMMENT ON FUNCTION fenceq._check_requeue_priority(text) IS
     'Private. Refuse (QF100) a requeue_priority other than keep, first or last.';
 
+-- Version 6 appended requeue_priority to create_queue and alter_queue: the
+-- version 5 signatures go (a function is never overloaded).
+DROP FUNCTION IF EXISTS fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean);
+DROP FUNCTION IF EXISTS fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean);
+
 -- create_queue: declare a queue.
 -- Locking: inserts the queue row; a concurrent identical create waits for it.
 -- Idempotent: true when created; false when it exists with exactly these
@@ -57,7 +62,6 @@ COMMENT ON FUNCTION fenceq._check_requeue_priority(text) IS
 -- requeue_priority (version 6): NULL is 'keep' for a new queue and matches
 -- any setting of an existing one, so callers written before it keep working
 -- after an operator changed it.
-DROP FUNCTION IF EXISTS fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean);
 CREATE OR REPLACE FUNCTION fenceq.create_queue(
     queue text,
     lease interval DEFAULT '30 seconds',
@@ -112,7 +116,6 @@ COMMENT ON FUNCTION fenceq.create_queue(text, interval, integer, interval, doubl
 -- alter_queue: change some settings; NULL leaves a setting unchanged. The
 -- §2 rules apply to the settings as they are after the change.
 -- Locking: the queue row, for the update.
-DROP FUNCTION IF EXISTS fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean);
 CREATE OR REPLACE FUNCTION fenceq.alter_queue(
     queue text,
     lease interval DEFAULT NULL,

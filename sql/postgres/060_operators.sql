@@ -29,8 +29,10 @@ BEGIN
     END IF;
     IF (_cancel_locked.job).status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
-        PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue, 'cancel_requested',
-            (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        IF NOT (_cancel_locked.job).cancel_requested THEN  -- a repeated request is no transition
+            PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue,
+                'cancel_requested', (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        END IF;
         RETURN 'cancel_requested';
     END IF;
     RETURN NULL;

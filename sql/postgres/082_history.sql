@@ -7,7 +7,8 @@
 
 -- _record_event: one event of one job, written when its queue keeps a
 -- history, else nothing. generation and owner_id are the caller's to say
--- (a fence that just ended is no longer on the row). An error text in the
+-- (a fence that just ended is no longer on the row); an event of a job no
+-- claim holds (no owner) has no generation either. An error text in the
 -- detail is the caller's to cut (_event_error).
 CREATE OR REPLACE FUNCTION fenceq._record_event(
     job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb DEFAULT '{}')
@@ -18,7 +19,8 @@ SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT _record_event.job_id, q.queue, clock_timestamp(), _record_event.event,
-           _record_event.generation, _record_event.owner_id, coalesce(_record_event.detail, '{}')
+           CASE WHEN _record_event.owner_id IS NOT NULL THEN _record_event.generation END,
+           _record_event.owner_id, coalesce(_record_event.detail, '{}')
       FROM fenceq._queues AS q
      WHERE q.queue = _record_event.queue AND q.history;
 $$;
@@ -26,7 +28,8 @@ COMMENT ON FUNCTION fenceq._record_event(text, text, text, bigint, text, jsonb) 
     'Private. Write one history event of a job when its queue has history on; nothing otherwise.';
 
 -- _record_events: the same event for many jobs, each with the generation
--- and owner its row holds now (after the transition). 'claimed' and
+-- and owner its row holds now (after the transition; neither for a job no
+-- claim holds). 'claimed' and
 -- 'submitted' take their detail from the row (attempt; priority, run_at);
 -- every other event gets `detail`.
 CREATE OR REPLACE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb DEFAULT '{}')
@@ -36,7 +39,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
-    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event, j.generation, j.owner_id,
+    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event,
+           CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id,
            CASE _record_events.event
                 WHEN 'claimed' THEN jsonb_build_object('attempt', j.attempts)
                 WHEN 'submitted' THEN jsonb_build_object('priority', j.priority, 'run_at', j.run_at)

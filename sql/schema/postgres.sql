@@ -128,8 +128,10 @@ BEGIN
     END IF;
     IF (_cancel_locked.job).status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
-        PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue, 'cancel_requested',
-            (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        IF NOT (_cancel_locked.job).cancel_requested THEN  -- a repeated request is no transition
+            PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue,
+                'cancel_requested', (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        END IF;
         RETURN 'cancel_requested';
     END IF;
     RETURN NULL;
@@ -1345,7 +1347,8 @@ CREATE FUNCTION fenceq._record_event(job_id text, queue text, event text, genera
     AS $$
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT _record_event.job_id, q.queue, clock_timestamp(), _record_event.event,
-           _record_event.generation, _record_event.owner_id, coalesce(_record_event.detail, '{}')
+           CASE WHEN _record_event.owner_id IS NOT NULL THEN _record_event.generation END,
+           _record_event.owner_id, coalesce(_record_event.detail, '{}')
       FROM fenceq._queues AS q
      WHERE q.queue = _record_event.queue AND q.history;
 $$;
@@ -1359,7 +1362,8 @@ CREATE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb D
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
-    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event, j.generation, j.owner_id,
+    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event,
+           CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id,
            CASE _record_events.event
                 WHEN 'claimed' THEN jsonb_build_object('attempt', j.attempts)
                 WHEN 'submitted' THEN jsonb_build_object('priority', j.priority, 'run_at', j.run_at)

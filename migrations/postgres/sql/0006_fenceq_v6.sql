@@ -88,6 +88,11 @@ $$;
 COMMENT ON FUNCTION fenceq._check_requeue_priority(text) IS
     'Private. Refuse (QF100) a requeue_priority other than keep, first or last.';
 
+-- Version 6 appended requeue_priority to create_queue and alter_queue: the
+-- version 5 signatures go (a function is never overloaded).
+DROP FUNCTION IF EXISTS fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean);
+DROP FUNCTION IF EXISTS fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean);
+
 -- create_queue: declare a queue.
 -- Locking: inserts the queue row; a concurrent identical create waits for it.
 -- Idempotent: true when created; false when it exists with exactly these
@@ -95,7 +100,6 @@ COMMENT ON FUNCTION fenceq._check_requeue_priority(text) IS
 -- requeue_priority (version 6): NULL is 'keep' for a new queue and matches
 -- any setting of an existing one, so callers written before it keep working
 -- after an operator changed it.
-DROP FUNCTION IF EXISTS fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean);
 CREATE OR REPLACE FUNCTION fenceq.create_queue(
     queue text,
     lease interval DEFAULT '30 seconds',
@@ -150,7 +154,6 @@ COMMENT ON FUNCTION fenceq.create_queue(text, interval, integer, interval, doubl
 -- alter_queue: change some settings; NULL leaves a setting unchanged. The
 -- §2 rules apply to the settings as they are after the change.
 -- Locking: the queue row, for the update.
-DROP FUNCTION IF EXISTS fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean);
 CREATE OR REPLACE FUNCTION fenceq.alter_queue(
     queue text,
     lease interval DEFAULT NULL,
@@ -1550,8 +1553,10 @@ BEGIN
     END IF;
     IF (_cancel_locked.job).status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
-        PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue, 'cancel_requested',
-            (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        IF NOT (_cancel_locked.job).cancel_requested THEN  -- a repeated request is no transition
+            PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue,
+                'cancel_requested', (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        END IF;
         RETURN 'cancel_requested';
     END IF;
     RETURN NULL;
@@ -2368,7 +2373,8 @@ COMMENT ON VIEW fenceq.dispatches IS
 
 -- _record_event: one event of one job, written when its queue keeps a
 -- history, else nothing. generation and owner_id are the caller's to say
--- (a fence that just ended is no longer on the row). An error text in the
+-- (a fence that just ended is no longer on the row); an event of a job no
+-- claim holds (no owner) has no generation either. An error text in the
 -- detail is the caller's to cut (_event_error).
 CREATE OR REPLACE FUNCTION fenceq._record_event(
     job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb DEFAULT '{}')
@@ -2379,7 +2385,8 @@ SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT _record_event.job_id, q.queue, clock_timestamp(), _record_event.event,
-           _record_event.generation, _record_event.owner_id, coalesce(_record_event.detail, '{}')
+           CASE WHEN _record_event.owner_id IS NOT NULL THEN _record_event.generation END,
+           _record_event.owner_id, coalesce(_record_event.detail, '{}')
       FROM fenceq._queues AS q
      WHERE q.queue = _record_event.queue AND q.history;
 $$;
@@ -2387,7 +2394,8 @@ COMMENT ON FUNCTION fenceq._record_event(text, text, text, bigint, text, jsonb) 
     'Private. Write one history event of a job when its queue has history on; nothing otherwise.';
 
 -- _record_events: the same event for many jobs, each with the generation
--- and owner its row holds now (after the transition). 'claimed' and
+-- and owner its row holds now (after the transition; neither for a job no
+-- claim holds). 'claimed' and
 -- 'submitted' take their detail from the row (attempt; priority, run_at);
 -- every other event gets `detail`.
 CREATE OR REPLACE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb DEFAULT '{}')
@@ -2397,7 +2405,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
-    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event, j.generation, j.owner_id,
+    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event,
+           CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id,
            CASE _record_events.event
                 WHEN 'claimed' THEN jsonb_build_object('attempt', j.attempts)
                 WHEN 'submitted' THEN jsonb_build_object('priority', j.priority, 'run_at', j.run_at)
