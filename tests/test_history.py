@@ -23,24 +23,6 @@ from helpers import claim, raises_code, wait_until_past
 BACKEND = "batch-cluster"
 
 
-class _NoFence:
-    """The generation of an event of an unclaimed job, in the timelines
-    below. The design says NULL ("else the fence's (NULL for an unclaimed
-    job)"); the PostgreSQL implementation writes the job's generation (0
-    before its first claim). That one disagreement is pinned by
-    test_events_of_an_unclaimed_job_carry_no_generation alone, so that the
-    timelines check everything else."""
-
-    def __eq__(self, other):
-        return other is None or (isinstance(other, int) and not isinstance(other, bool))
-
-    def __repr__(self):
-        return "NO_FENCE"
-
-
-NO_FENCE = _NoFence()
-
-
 def lapse(client, c) -> None:
     assert client.heartbeat(c.fence, lease=timedelta(milliseconds=1)) is True
     wait_until_past(client.get_job(c.job_id).lease_expires_at)
@@ -137,7 +119,7 @@ def test_a_job_retried_reaped_released_and_completed(db):
 
         events = timeline(client, job_id)
         assert [e[:3] for e in events] == [
-            ("submitted", NO_FENCE, None),
+            ("submitted", None, None),
             ("claimed", 1, "w1"),
             ("retried", 1, "w1"),
             ("claimed", 2, "w2"),
@@ -214,11 +196,11 @@ def test_a_final_failure_writes_failed_then_dead_lettered_and_replay_writes_repl
         again = claim(client, "q", owner="w2")
         assert client.complete(again.fence) is True
         assert timeline(client, job_id) == [
-            ("submitted", NO_FENCE, None, timeline(client, job_id)[0][3]),
+            ("submitted", None, None, timeline(client, job_id)[0][3]),
             ("claimed", 1, "w1", {"attempt": 1}),
             ("failed", 1, "w1", {"error": "fatal"}),
             ("dead_lettered", 1, "w1", {"dlq_id": dlq_id}),
-            ("replayed", NO_FENCE, None, {"dlq_id": dlq_id}),
+            ("replayed", None, None, {"dlq_id": dlq_id}),
             ("claimed", 2, "w2", {"attempt": 1}),
             ("completed", 2, "w2", {}),
         ]
@@ -258,7 +240,7 @@ def test_cancel_paths(db):
         pending = client.submit("q", "t", job_id="pending")
         assert client.cancel(pending) == "cancelled"
         assert client.cancel(pending) == "cancelled"                      # terminal: nothing new
-        assert timeline(client, pending)[1:] == [("cancelled", NO_FENCE, None, {"reason": "cancel"})]
+        assert timeline(client, pending)[1:] == [("cancelled", None, None, {"reason": "cancel"})]
 
         client.submit("q", "t", job_id="acked")
         c = claim(client, "q", owner="w1")
@@ -313,7 +295,7 @@ def test_cancel_matching_writes_the_same_events(db):
         c = claim(client, "q", owner="w1")
         client.submit("q", "t", job_id="pending-one")
         assert client.cancel_matching("q", include_claimed=True) == 2
-        assert timeline(client, "pending-one")[1:] == [("cancelled", NO_FENCE, None, {"reason": "cancel"})]
+        assert timeline(client, "pending-one")[1:] == [("cancelled", None, None, {"reason": "cancel"})]
         assert timeline(client, "claimed-one")[1:] == [("claimed", 1, "w1", {"attempt": 1}),
                                                        ("cancel_requested", 1, "w1", {})]
         assert client.cancel_matching("q", include_claimed=True, force=True) == 1
@@ -341,7 +323,7 @@ def test_an_overdue_job_expires_with_an_event(db):
         job_id = client.submit("q", "t", expires_at=soon)
         wait_until_past(soon)
         assert client.reap().expired == 1
-        assert timeline(client, job_id)[1:] == [("expired", NO_FENCE, None, {})]
+        assert timeline(client, job_id)[1:] == [("expired", None, None, {})]
 
 
 def test_dependencies_unblock_or_cancel_their_dependents(db):
@@ -364,9 +346,9 @@ def test_dependencies_unblock_or_cancel_their_dependents(db):
         assert names(client, b) == ["submitted", "unblocked"]
         assert names(client, c) == ["submitted"]                  # B still to complete
         settle("B")
-        assert timeline(client, c)[1:] == [("unblocked", NO_FENCE, None, {})]
+        assert timeline(client, c)[1:] == [("unblocked", None, None, {})]
         settle("D", ok=False)
-        assert timeline(client, e)[1:] == [("cancelled", NO_FENCE, None, {"reason": "dependency_failed"})]
+        assert timeline(client, e)[1:] == [("cancelled", None, None, {"reason": "dependency_failed"})]
 
 
 def test_events_of_an_unclaimed_job_carry_no_generation(db):
