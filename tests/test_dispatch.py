@@ -739,6 +739,8 @@ def test_requeue_first_goes_ahead_of_its_priority_never_of_a_higher_one(db):
         assert client.reap().requeued == 1
         job = client.get_job(stalled.job_id)
         assert job.status == "pending" and job.run_at < client.get_job("early").run_at
+        # Ahead of its own priority's earliest, not of every priority's.
+        assert job.run_at > client.get_job("low-earliest").run_at
         assert _drain(client, "q") == ["high", "stalled", "early", "later-submitted", "low-earliest"]
 
 
