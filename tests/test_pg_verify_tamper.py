@@ -24,6 +24,8 @@ TAMPERING = {
                              "CREATE UNIQUE INDEX ON fenceq._submissions (submission_id, queue)"],
     "job_id_unique": ["ALTER TABLE fenceq._jobs DROP CONSTRAINT _jobs_pkey",
                       "CREATE UNIQUE INDEX ON fenceq._jobs (lower(job_id))"],
+    "dispatch_job_unique": ["ALTER TABLE fenceq._dispatches DROP CONSTRAINT _dispatches_pkey",
+                            "CREATE INDEX ON fenceq._dispatches (job_id)"],
     "active_key_unique": ["DROP INDEX fenceq._jobs_active_key_idx",
                           "CREATE UNIQUE INDEX ON fenceq._jobs (queue, active_key) WHERE active_key IS NOT NULL"],
     "public_shapes": ["DROP VIEW fenceq.dead_letters",

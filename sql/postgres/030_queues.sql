@@ -32,10 +32,36 @@ $$;
 COMMENT ON FUNCTION fenceq._check_queue_settings(interval, integer, interval, double precision, interval) IS
     'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
 
+-- _check_requeue_priority: where a job reap requeues re-enters (part 5's
+-- _requeue_at): keep, first or last; NULL passes (each caller says what it
+-- means).
+CREATE OR REPLACE FUNCTION fenceq._check_requeue_priority(value text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    IF _check_requeue_priority.value NOT IN ('keep', 'first', 'last') THEN
+        PERFORM fenceq._raise('QF100', 'requeue_priority must be keep, first or last');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._check_requeue_priority(text) IS
+    'Private. Refuse (QF100) a requeue_priority other than keep, first or last.';
+
+-- Version 6 appended requeue_priority to create_queue and alter_queue: the
+-- version 5 signatures go (a function is never overloaded).
+DROP FUNCTION IF EXISTS fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean);
+DROP FUNCTION IF EXISTS fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean);
+
 -- create_queue: declare a queue.
 -- Locking: inserts the queue row; a concurrent identical create waits for it.
 -- Idempotent: true when created; false when it exists with exactly these
 -- settings; QF100 when it exists with other settings (use alter_queue).
+-- requeue_priority (version 6): NULL is 'keep' for a new queue and matches
+-- any setting of an existing one, so callers written before it keep working
+-- after an operator changed it.
 CREATE OR REPLACE FUNCTION fenceq.create_queue(
     queue text,
     lease interval DEFAULT '30 seconds',
@@ -43,7 +69,8 @@ CREATE OR REPLACE FUNCTION fenceq.create_queue(
     backoff_base interval DEFAULT '1 second',
     backoff_factor double precision DEFAULT 2,
     backoff_max interval DEFAULT '1 hour',
-    dead_letter boolean DEFAULT true)
+    dead_letter boolean DEFAULT true,
+    requeue_priority text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -59,11 +86,12 @@ BEGIN
     IF create_queue.dead_letter IS NULL THEN
         PERFORM fenceq._raise('QF100', 'dead_letter is required');
     END IF;
+    PERFORM fenceq._check_requeue_priority(create_queue.requeue_priority);
     INSERT INTO fenceq._queues AS q (queue, lease, max_attempts, backoff_base, backoff_factor,
-                                     backoff_max, dead_letter, created_at)
+                                     backoff_max, dead_letter, created_at, requeue_priority)
     VALUES (create_queue.queue, create_queue.lease, create_queue.max_attempts,
             create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max,
-            create_queue.dead_letter, clock_timestamp())
+            create_queue.dead_letter, clock_timestamp(), coalesce(create_queue.requeue_priority, 'keep'))
     ON CONFLICT (queue) DO NOTHING;
     IF FOUND THEN
         RETURN true;
@@ -74,14 +102,15 @@ BEGIN
        AND v_existing.backoff_base = create_queue.backoff_base
        AND v_existing.backoff_factor = create_queue.backoff_factor
        AND v_existing.backoff_max = create_queue.backoff_max
-       AND v_existing.dead_letter = create_queue.dead_letter THEN
+       AND v_existing.dead_letter = create_queue.dead_letter
+       AND v_existing.requeue_priority = coalesce(create_queue.requeue_priority, v_existing.requeue_priority) THEN
         RETURN false;
     END IF;
     PERFORM fenceq._raise('QF100', 'the queue exists with other settings; use alter_queue');
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean) IS
+COMMENT ON FUNCTION fenceq.create_queue(text, interval, integer, interval, double precision, interval, boolean, text) IS
     'Declare a queue with its defaults. True when created, false when it already exists with exactly these settings; QF100 when it exists with others.';
 
 -- alter_queue: change some settings; NULL leaves a setting unchanged. The
@@ -94,7 +123,8 @@ CREATE OR REPLACE FUNCTION fenceq.alter_queue(
     backoff_base interval DEFAULT NULL,
     backoff_factor double precision DEFAULT NULL,
     backoff_max interval DEFAULT NULL,
-    dead_letter boolean DEFAULT NULL)
+    dead_letter boolean DEFAULT NULL,
+    requeue_priority text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -105,6 +135,7 @@ DECLARE
     v_queue fenceq._queues;
 BEGIN
     PERFORM fenceq._check_name(alter_queue.queue, 'queue');
+    PERFORM fenceq._check_requeue_priority(alter_queue.requeue_priority);
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = alter_queue.queue FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
@@ -120,11 +151,12 @@ BEGIN
     UPDATE fenceq._queues AS q
        SET lease = v_queue.lease, max_attempts = v_queue.max_attempts,
            backoff_base = v_queue.backoff_base, backoff_factor = v_queue.backoff_factor,
-           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter
+           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter,
+           requeue_priority = coalesce(alter_queue.requeue_priority, q.requeue_priority)
      WHERE q.queue = alter_queue.queue;
 END
 $$;
-COMMENT ON FUNCTION fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean) IS
+COMMENT ON FUNCTION fenceq.alter_queue(text, interval, integer, interval, double precision, interval, boolean, text) IS
     'Change queue settings (NULL = unchanged); the rules apply to the result. QF101 for an unknown queue.';
 
 -- _set_queue_flag: shared body of pause_queue, resume_queue and

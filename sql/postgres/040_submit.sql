@@ -164,6 +164,7 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
+        PERFORM fenceq._record_events(ARRAY[v_holder], 'cancelled', '{"reason": "replaced"}');
         PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
         PERFORM fenceq._notify_done(ARRAY[v_holder]);
@@ -174,6 +175,9 @@ BEGIN
             v_dependency_failed := true;
         END IF;
     END LOOP;
+    IF v_queue.history THEN
+        PERFORM fenceq._record_events(ARRAY[v_job_id], 'submitted');
+    END IF;
 
     IF v_depends_on IS NOT NULL THEN
         INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
@@ -240,6 +244,7 @@ DECLARE
     v_job_id text;
     v_notify boolean;
     v_reserved boolean;
+    v_history boolean;  -- whether the queue keeps events (part 8b)
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
@@ -261,7 +266,7 @@ BEGIN
     END IF;
 
     WITH queue AS MATERIALIZED (
-        SELECT q.queue, q.max_attempts, q.notify, clock_timestamp() AS now,
+        SELECT q.queue, q.max_attempts, q.notify, q.history, clock_timestamp() AS now,
                fenceq._new_job_id() AS job_id
           FROM fenceq._queues AS q WHERE q.queue = submit.queue),
     reserved AS (  -- a submission identity, when there is one, before its job
@@ -281,8 +286,8 @@ BEGIN
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
         RETURNING j.job_id)
-    SELECT i.job_id, q.notify, EXISTS (SELECT 1 FROM reserved)
-      INTO v_job_id, v_notify, v_reserved
+    SELECT i.job_id, q.notify, EXISTS (SELECT 1 FROM reserved), q.history
+      INTO v_job_id, v_notify, v_reserved, v_history
       FROM queue AS q LEFT JOIN inserted AS i ON true;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
@@ -301,6 +306,9 @@ BEGIN
             PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
         END IF;
         PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+    END IF;
+    IF v_history THEN
+        PERFORM fenceq._record_events(ARRAY[v_job_id], 'submitted');
     END IF;
     IF v_notify THEN
         PERFORM pg_notify('fenceq_jobs', submit.queue);
@@ -494,6 +502,9 @@ BEGIN
                0, v_queue.max_attempts, v_now, v_now
           FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
          ORDER BY r.ordinality;  -- seq follows input order
+        IF v_queue.history THEN
+            PERFORM fenceq._record_events(v_ids, 'submitted');
+        END IF;
         IF cardinality(v_ids) > 0 AND v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
         END IF;
@@ -584,6 +595,10 @@ BEGIN
         GET DIAGNOSTICS v_inserted = ROW_COUNT;
         IF v_inserted <> coalesce(cardinality(v_fresh), 0) THEN
             PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+        END IF;
+        IF v_queue.history THEN
+            PERFORM fenceq._record_events(ARRAY(SELECT v_new_ids[f.i] FROM unnest(v_fresh) AS f(i) ORDER BY f.i),
+                                          'submitted');
         END IF;
         IF cardinality(v_fresh) > 0 AND v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', submit_batch.queue);

@@ -203,6 +203,9 @@ DECLARE
     v_now timestamptz;
     v_queue text;
     v_job text;
+    v_freed text[];
+    v_wake text[];
+    v_cancelled text[];
 BEGIN
     IF _settle_dependents.completed THEN
         v_targets := ARRAY(SELECT DISTINCT d.job_id FROM fenceq._dependencies AS d
@@ -222,26 +225,29 @@ BEGIN
     PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_targets) ORDER BY j.job_id FOR UPDATE;
     v_now := clock_timestamp();
     IF _settle_dependents.completed THEN
-        FOR v_queue IN
-            WITH satisfied AS (
-                UPDATE fenceq._dependencies AS d SET satisfied = true
-                 WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
-                RETURNING d.job_id),
-            counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
-            released AS (
-                UPDATE fenceq._jobs AS j
-                   SET blocked_by = nullif(j.blocked_by - c.n, 0),
-                       run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
-                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END,
-                       -- Freed: ready when due now, else still waiting apart (part 1c).
-                       scheduled = j.blocked_by > c.n OR coalesce(j.blocked_run_at > v_now, false)
-                  FROM counted AS c
-                 WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
-                RETURNING j.queue, j.blocked_by IS NULL AS free)
-            -- Free now, due now or later: idle workers re-read next_due.
-            SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
-             WHERE r.free AND q.notify
-        LOOP
+        WITH satisfied AS (
+            UPDATE fenceq._dependencies AS d SET satisfied = true
+             WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+            RETURNING d.job_id),
+        counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
+        released AS (
+            UPDATE fenceq._jobs AS j
+               SET blocked_by = nullif(j.blocked_by - c.n, 0),
+                   run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
+                   blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END,
+                   -- Freed: ready when due now, else still waiting apart (part 1c).
+                   scheduled = j.blocked_by > c.n OR coalesce(j.blocked_run_at > v_now, false)
+              FROM counted AS c
+             WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
+            RETURNING j.job_id, j.queue, j.blocked_by IS NULL AS free)
+        SELECT array_agg(r.job_id ORDER BY r.job_id) FILTER (WHERE r.free),
+           -- Free now, due now or later: idle workers re-read next_due.
+           ARRAY(SELECT DISTINCT w.queue FROM released AS w JOIN fenceq._queues AS q ON q.queue = w.queue
+                  WHERE w.free AND q.notify)
+          INTO v_freed, v_wake
+          FROM released AS r;
+        PERFORM fenceq._record_events(v_freed, 'unblocked');
+        FOREACH v_queue IN ARRAY v_wake LOOP
             PERFORM pg_notify('fenceq_jobs', v_queue);
         END LOOP;
         RETURN;
@@ -259,10 +265,12 @@ BEGIN
     LOOP
         PERFORM pg_notify('fenceq_control', v_job);
     END LOOP;
-    -- fenceq_done (part 58) for the jobs cancelled just now: at this reading.
-    PERFORM fenceq._notify_done(ARRAY(SELECT j.job_id FROM fenceq._jobs AS j
-                                       WHERE j.job_id = ANY (v_targets) AND j.status = 'cancelled'
-                                         AND j.finished_at = v_now));
+    -- The jobs cancelled just now: at this reading.
+    v_cancelled := ARRAY(SELECT j.job_id FROM fenceq._jobs AS j
+                          WHERE j.job_id = ANY (v_targets) AND j.status = 'cancelled' AND j.finished_at = v_now
+                          ORDER BY j.job_id);
+    PERFORM fenceq._record_events(v_cancelled, 'cancelled', '{"reason": "dependency_failed"}');
+    PERFORM fenceq._notify_done(v_cancelled);  -- fenceq_done (part 58)
 END
 $$;
 COMMENT ON FUNCTION fenceq._settle_dependents(text[], boolean) IS

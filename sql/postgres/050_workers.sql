@@ -148,6 +148,7 @@ DECLARE
     v_old_generation bigint;
     v_recorded boolean;
     v_limited boolean;
+    v_history boolean;  -- whether the queue keeps events (part 8b)
 BEGIN
     IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
                     AND length(claim_next.queues[1]) BETWEEN 1 AND 255
@@ -168,7 +169,7 @@ BEGIN
     END IF;
     WITH queue AS MATERIALIZED (
         -- A queue with limits takes claim_batch's path (the limits' lock).
-        SELECT q.lease FROM fenceq._queues AS q
+        SELECT q.lease, q.history FROM fenceq._queues AS q
          WHERE q.queue = claim_next.queues[1] AND NOT q.paused
            AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
     picked AS MATERIALIZED (
@@ -204,7 +205,8 @@ BEGIN
          WHERE j.job_id = p.job_id
         RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
                   j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
-                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
+                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at,
+                  q.history),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT claim_next.claim_token, c.job_id, c.generation, claim_next.owner_id, c.locked_at
@@ -214,8 +216,8 @@ BEGIN
     SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
                      c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
                      c.cancel_requested, c.submission_id, '{}'::jsonb)::fenceq.claim],
-           c.old_generation, EXISTS (SELECT 1 FROM recorded)
-      INTO v_claim, v_old_generation, v_recorded
+           c.old_generation, EXISTS (SELECT 1 FROM recorded), c.history
+      INTO v_claim, v_old_generation, v_recorded, v_history
       FROM claimed AS c;
 
     IF v_claim IS NULL THEN
@@ -252,6 +254,9 @@ BEGIN
     -- (and its statement stays free of the lookup).
     IF v_claim[1].generation > 1 THEN
         v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
+    END IF;
+    IF v_history THEN
+        PERFORM fenceq._record_events(ARRAY[v_claim[1].job_id], 'claimed');
     END IF;
     RETURN NEXT v_claim[1];
 END
@@ -380,6 +385,7 @@ DECLARE
     v_recorded integer;
     v_changed boolean;
     v_exhausted boolean;
+    v_logged text[];  -- the claimed jobs whose queues keep events (part 8b)
 BEGIN
     -- Fast paths for the usual well-formed calls: one query-free expression
     -- for a single claim, one expression for a batch numbered from 1.
@@ -522,7 +528,7 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated),
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated, q.history AS logged),
     rated AS (
         INSERT INTO fenceq._rate_window (queue, claimed_at)
         SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
@@ -538,14 +544,18 @@ BEGIN
                          CASE WHEN c.generation = 1 THEN '{}'::jsonb
                               ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
            (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
-      INTO v_claims, v_recorded, v_changed
+           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
+           array_agg(c.job_id ORDER BY c.ordinal) FILTER (WHERE c.logged)
+      INTO v_claims, v_recorded, v_changed, v_logged
       FROM claimed AS c;
     IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
         PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
     END IF;
     IF v_recorded <> cardinality(v_claims) THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'claimed');
     END IF;
     RETURN QUERY SELECT * FROM unnest(v_claims);
 END
@@ -746,6 +756,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_notify_done boolean;
+    v_history boolean;  -- whether the queue keeps events (part 8b)
 BEGIN
     IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
@@ -766,8 +777,9 @@ BEGIN
      WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
        AND l.generation = complete.generation AND l.claim_token = complete.claim_token
        AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
-    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
-         INTO v_notify_done;
+    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false),
+              coalesce((SELECT q.history FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
+         INTO v_notify_done, v_history;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -778,6 +790,9 @@ BEGIN
     END IF;
     IF v_notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
+    END IF;
+    IF v_history THEN
+        PERFORM fenceq._record_events(ARRAY[complete.job_id], 'completed');
     END IF;
     RETURN true;
 END
@@ -804,6 +819,7 @@ DECLARE
     v_answers boolean[];
     v_completed text[];
     v_notify_done text[];  -- the completed jobs whose queues notify
+    v_logged text[];  -- the completed jobs whose queues keep events (part 8b)
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
@@ -853,13 +869,18 @@ BEGIN
                      GROUP BY u.i) AS a),
            (SELECT array_agg(c.j) FROM completed AS c),
            (SELECT array_agg(c.j) FROM completed AS c
-             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
-      INTO v_answers, v_completed, v_notify_done;
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done)),
+           (SELECT array_agg(c.j ORDER BY c.i) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.history))
+      INTO v_answers, v_completed, v_notify_done, v_logged;
     IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
         PERFORM fenceq._settle_dependents(v_completed, true);
     END IF;
     IF v_notify_done IS NOT NULL THEN
         PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'completed');
     END IF;
     RETURN v_answers;
 END
@@ -904,6 +925,7 @@ DECLARE
     v_queue fenceq._queues;
     v_error text := left(_retry_or_fail.error, 65536);
     v_run_at timestamptz;
+    v_dlq_id text;
 BEGIN
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
     IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
@@ -916,6 +938,11 @@ BEGIN
                budget_expires_at = NULL, pid = NULL,
                scheduled = v_run_at > _retry_or_fail.now  -- in back-off: waits apart (part 1c)
          WHERE j.job_id = (_retry_or_fail.job).job_id;
+        IF v_queue.history THEN
+            PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'retried',
+                (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
+                jsonb_build_object('error', fenceq._event_error(v_error), 'retry_at', v_run_at));
+        END IF;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
         IF v_queue.notify THEN
@@ -927,7 +954,18 @@ BEGIN
        SET status = 'failed', last_error = v_error, finished_at = _retry_or_fail.now,
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
-     WHERE j.job_id = (_retry_or_fail.job).job_id;
+     WHERE j.job_id = (_retry_or_fail.job).job_id
+    RETURNING j.dlq_id INTO v_dlq_id;
+    IF v_queue.history THEN
+        PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'failed',
+            (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
+            jsonb_build_object('error', fenceq._event_error(v_error)));
+        IF v_dlq_id IS NOT NULL THEN
+            PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'dead_lettered',
+                (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
+                jsonb_build_object('dlq_id', v_dlq_id));
+        END IF;
+    END IF;
     PERFORM fenceq._settle_dependents(ARRAY[(_retry_or_fail.job).job_id], false);
     IF v_queue.notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
@@ -1002,6 +1040,11 @@ BEGIN
     IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
+    -- Work handed to an external system may exist: never requeue it (a
+    -- reservation is dropped by release_dispatch first; part 8a).
+    IF (fenceq._live_dispatch(v_job)).job_id IS NOT NULL THEN
+        RETURN false;
+    END IF;
     v_run_at := coalesce(release.run_at, v_now);
     UPDATE fenceq._jobs AS j
        SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
@@ -1009,6 +1052,8 @@ BEGIN
            budget_expires_at = NULL, pid = NULL,
            scheduled = v_run_at > v_now  -- released for later: waits apart (part 1c)
      WHERE j.job_id = release.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'released', v_job.generation, v_job.owner_id,
+                                 jsonb_build_object('run_at', v_run_at));
     PERFORM fenceq._notify_jobs(v_job.queue);  -- due now or later: idle workers re-read next_due
     RETURN true;
 END
@@ -1145,6 +1190,8 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'cancelled', v_job.generation, v_job.owner_id,
+                                 '{"reason": "acknowledged"}');
     PERFORM fenceq._settle_dependents(ARRAY[acknowledge_cancel.job_id], false);
     PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
     RETURN true;
@@ -1153,10 +1200,67 @@ $$;
 COMMENT ON FUNCTION fenceq.acknowledge_cancel(text, text, bigint, text) IS
     'Acknowledge a requested cancellation under the live fence: cancelled, lease and pid cleared, active key freed. False without a live fence or a pending request.';
 
+-- _requeue_at: when a job reap requeues (its lease lapsed) is due, by its
+-- queue's requeue_priority: NULL for 'keep' (the back-off, as a fail);
+-- 'first': at once, ahead of every pending job of its queue and priority;
+-- 'last': after the back-off and behind every job of its queue and priority
+-- pending now, due later included. The priority never changes, so a job
+-- never passes one of a higher priority.
+CREATE OR REPLACE FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_edge timestamptz;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_requeue_at.job).queue;
+    IF v_queue.requeue_priority = 'first' THEN
+        -- Each half of the claim index (ready, waiting apart) read at its head.
+        SELECT min(e.run_at) INTO v_edge FROM (
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at LIMIT 1)
+            UNION ALL
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at LIMIT 1)) AS e;
+        RETURN least(_requeue_at.now, v_edge - interval '1 microsecond');
+    ELSIF v_queue.requeue_priority = 'last' THEN
+        SELECT max(e.run_at) INTO v_edge FROM (
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at DESC LIMIT 1)
+            UNION ALL
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at DESC LIMIT 1)) AS e;
+        RETURN least(greatest(
+            _requeue_at.now + fenceq._backoff((_requeue_at.job).attempts, v_queue.backoff_base,
+                                              v_queue.backoff_factor, v_queue.backoff_max),
+            v_edge + interval '1 microsecond'), timestamptz '9999-12-31 23:59:59.999999+00');
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION fenceq._requeue_at(fenceq._jobs, timestamptz) IS
+    'Private. When a job reap requeues is due under its queue''s requeue_priority: NULL for keep (the back-off), else ahead of (first) or behind (last) every pending job of its queue and priority.';
+
 -- reap: settle expired claims and overdue pending jobs, oldest first, at most
 -- max_rows in all. Expired claims: cancel-requested -> cancelled; attempts
--- left -> pending (error 'lease_expired', with backoff); none left -> failed
--- (+ dead letter). Overdue pending jobs -> expired.
+-- left -> pending (error 'lease_expired', due as the queue's
+-- requeue_priority says); none left -> failed (+ dead letter). Overdue
+-- pending jobs -> expired. A claim with a live dispatch (part 8a) is never
+-- touched, lapsed or not: its work may exist elsewhere, and only
+-- adopt_dispatch takes it over.
 -- Locking: FOR UPDATE SKIP LOCKED, and each row re-judged on a clock read
 -- after its lock, so reapers running anywhere never count a row twice.
 CREATE OR REPLACE FUNCTION fenceq.reap(max_rows integer DEFAULT 1000)
@@ -1183,6 +1287,8 @@ BEGIN
     FOR v_job IN
         SELECT j.* FROM fenceq._jobs AS j
          WHERE j.status = 'claimed' AND j.lease_expires_at <= v_cutoff
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dispatches AS d
+                            WHERE d.job_id = j.job_id AND d.generation = j.generation)
          ORDER BY j.lease_expires_at
          LIMIT v_left
            FOR UPDATE SKIP LOCKED
@@ -1190,13 +1296,18 @@ BEGIN
         v_now := clock_timestamp();
         CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
         v_left := v_left - 1;
+        PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'reaped', v_job.generation, v_job.owner_id,
+                                     jsonb_build_object('lease_expires_at', v_job.lease_expires_at));
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'cancelled', v_job.generation,
+                                         v_job.owner_id, '{"reason": "reaped"}');
             PERFORM fenceq._settle_dependents(ARRAY[v_job.job_id], false);
             PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
             cancelled := cancelled + 1;
-        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
+        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, fenceq._requeue_at(v_job, v_now),
+                                    v_now) = 'pending' THEN
             requeued := requeued + 1;
         ELSE
             failed := failed + 1;
@@ -1216,6 +1327,7 @@ BEGIN
             RETURNING j.job_id)
         SELECT array_agg(d.job_id) INTO v_expired FROM done AS d;
         expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._record_events(v_expired, 'expired');
         PERFORM fenceq._settle_dependents(v_expired, false);
         PERFORM fenceq._notify_done(v_expired);
     END IF;

@@ -19,12 +19,20 @@ BEGIN
     IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
         UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue, 'cancelled',
+            (_cancel_locked.job).generation, (_cancel_locked.job).owner_id,
+            jsonb_build_object('reason', CASE WHEN (_cancel_locked.job).status = 'claimed'
+                                              THEN 'force' ELSE 'cancel' END));
         PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
         PERFORM fenceq._notify_done(ARRAY[(_cancel_locked.job).job_id]);
         RETURN 'cancelled';
     END IF;
     IF (_cancel_locked.job).status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        IF NOT (_cancel_locked.job).cancel_requested THEN  -- a repeated request is no transition
+            PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue,
+                'cancel_requested', (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        END IF;
         RETURN 'cancel_requested';
     END IF;
     RETURN NULL;
@@ -174,7 +182,9 @@ COMMENT ON FUNCTION fenceq.get_job(text) IS 'One job as fenceq.jobs shows it, or
 -- at most max_rows, with their checkpoints, claim ledger rows (their tokens
 -- are forgotten) and dependency edges. Jobs with a dead letter that is
 -- neither replayed nor discarded are kept; handled dead letters stay listed.
--- Submission identities outlive the purge unless submissions_older_than is
+-- Their history events (part 8b) and dispatch records (part 8a) go with
+-- them; events older than their queue's history retention go too (at most
+-- max_rows). Submission identities outlive the purge unless submissions_older_than is
 -- given: then up to max_rows identities older than that whose jobs are gone
 -- are forgotten too, and replaying such a request creates a new job.
 -- Locking: FOR UPDATE SKIP LOCKED on the jobs it deletes.
@@ -216,7 +226,22 @@ BEGIN
     -- cancelled): they go with it, either end.
     DELETE FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_ids);
     DELETE FROM fenceq._dependencies AS d WHERE d.job_id = ANY (v_ids);
+    DELETE FROM fenceq._events AS e WHERE e.job_id = ANY (v_ids);
+    DELETE FROM fenceq._dispatches AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    -- Each queue's retention (part 8b) bounds its events on their own:
+    -- at most max_rows of them, oldest first per queue.
+    DELETE FROM fenceq._events AS e
+     WHERE (e.job_id, e.seq) IN (
+        SELECT o.job_id, o.seq
+          FROM fenceq._queues AS q
+         CROSS JOIN LATERAL (
+            SELECT x.job_id, x.seq FROM fenceq._events AS x
+             WHERE x.queue = q.queue AND x.at < clock_timestamp() - q.history_retention
+             ORDER BY x.at
+             LIMIT purge.max_rows) AS o
+         WHERE q.history_retention IS NOT NULL
+         LIMIT purge.max_rows);
     IF purge.submissions_older_than IS NOT NULL THEN
         v_cutoff := clock_timestamp() - purge.submissions_older_than;
         DELETE FROM fenceq._submissions AS s
@@ -279,6 +304,8 @@ BEGIN
         RETURN NULL;
     END IF;
     UPDATE fenceq._dead_letters AS d SET replayed_at = v_now WHERE d.dlq_id = replay_dead_letter.dlq_id;
+    PERFORM fenceq._record_events(ARRAY[v_letter.job_id], 'replayed',
+                                  jsonb_build_object('dlq_id', replay_dead_letter.dlq_id));
     PERFORM fenceq._notify_jobs(v_letter.queue);
     RETURN v_letter.job_id;
 END
@@ -318,7 +345,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '5';
+    RETURN '6';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

@@ -78,7 +78,19 @@ BEGIN
         ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
         ('_schedules', 'next_run_at', 'timestamp with time zone', false),
         ('_schedules', 'last_run_at', 'timestamp with time zone', false),
-        ('_schedules', 'last_job_id', 'text', false))
+        ('_schedules', 'last_job_id', 'text', false),
+        ('_queues', 'requeue_priority', 'text', true), ('_queues', 'history', 'boolean', true),
+        ('_queues', 'history_retention', 'interval', false),
+        ('_dispatches', 'job_id', 'text', true), ('_dispatches', 'backend', 'text', true),
+        ('_dispatches', 'generation', 'bigint', true), ('_dispatches', 'state', 'text', true),
+        ('_dispatches', 'reservation_ref', 'text', true), ('_dispatches', 'execution_ref', 'text', false),
+        ('_dispatches', 'reserved_at', 'timestamp with time zone', true),
+        ('_dispatches', 'finalized_at', 'timestamp with time zone', false),
+        ('_dispatches', 'checked_at', 'timestamp with time zone', false),
+        ('_events', 'job_id', 'text', true), ('_events', 'seq', 'bigint', true),
+        ('_events', 'queue', 'text', true), ('_events', 'at', 'timestamp with time zone', true),
+        ('_events', 'event', 'text', true), ('_events', 'generation', 'bigint', false),
+        ('_events', 'owner_id', 'text', false), ('_events', 'detail', 'jsonb', true))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -107,7 +119,8 @@ BEGIN
     -- Identity is arbitrated by exact, full, single-column unique indexes.
     FOR check_name, v_bad IN VALUES ('claim_token_unique', '_claims.claim_token'),
                                     ('submission_id_unique', '_submissions.submission_id'),
-                                    ('job_id_unique', '_jobs.job_id')
+                                    ('job_id_unique', '_jobs.job_id'),
+                                    ('dispatch_job_unique', '_dispatches.job_id')
     LOOP
         SELECT count(*) = 1 INTO ok
           FROM pg_index AS i
@@ -163,7 +176,10 @@ BEGIN
         ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
         ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
                             'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
-                            'last_job_id']))
+                            'last_job_id']),
+        ('dispatches', ARRAY['job_id', 'queue', 'backend', 'state', 'reservation_ref', 'execution_ref',
+                             'owner_id', 'generation', 'lease_expires_at', 'checked_at']),
+        ('job_events', ARRAY['job_id', 'seq', 'at', 'event', 'generation', 'owner_id', 'detail']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -188,7 +204,10 @@ BEGIN
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
         ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
         ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL),
-        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
+        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL),
+        ('_queues', 'requeue_priority', '''keep''::text'), ('_queues', 'history', 'false'),
+        ('_dispatches', 'job_id', NULL), ('_dispatches', 'generation', NULL), ('_dispatches', 'state', NULL),
+        ('_dispatches', 'reservation_ref', NULL), ('_dispatches', 'execution_ref', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attrdef AS d

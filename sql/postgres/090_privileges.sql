@@ -70,7 +70,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 --   fenceq_producer: submit, submit_batch, get_job, version
 --   fenceq_worker:   the producer's rights, every fenced worker function,
 --                    reap, tick, next_due, and the views
---                    (and the named locks, docs/guarantees.md §15)
+--                    (and the named locks, docs/guarantees.md §15; the
+--                    external dispatch calls and get_job_events, §19-§20)
 --   fenceq_admin:    everything (queue settings, cancel, purge, dead
 --                    letters, verify_schema) and the views
 -- Private tables and _helpers are granted to nobody: everything goes
@@ -87,7 +88,8 @@ DECLARE
             'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
             'acknowledge_cancel', 'reap',
             'tick', 'next_due', 'extend', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock',
-            'progress'));
+            'progress', 'reserve_dispatch', 'finalize_dispatch', 'release_dispatch', 'replace_dispatch_ref',
+            'adopt_dispatch', 'dispatch_repair_candidates', 'get_job_events'));
 BEGIN
     SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
     FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP

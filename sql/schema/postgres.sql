@@ -118,12 +118,20 @@ BEGIN
     IF (_cancel_locked.job).status = 'pending' OR ((_cancel_locked.job).status = 'claimed' AND _cancel_locked.force) THEN
         UPDATE fenceq._jobs AS j SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = (_cancel_locked.job).job_id;
+        PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue, 'cancelled',
+            (_cancel_locked.job).generation, (_cancel_locked.job).owner_id,
+            jsonb_build_object('reason', CASE WHEN (_cancel_locked.job).status = 'claimed'
+                                              THEN 'force' ELSE 'cancel' END));
         PERFORM fenceq._settle_dependents(ARRAY[(_cancel_locked.job).job_id], false);
         PERFORM fenceq._notify_done(ARRAY[(_cancel_locked.job).job_id]);
         RETURN 'cancelled';
     END IF;
     IF (_cancel_locked.job).status = 'claimed' THEN
         UPDATE fenceq._jobs AS j SET cancel_requested = true WHERE j.job_id = (_cancel_locked.job).job_id;
+        IF NOT (_cancel_locked.job).cancel_requested THEN  -- a repeated request is no transition
+            PERFORM fenceq._record_event((_cancel_locked.job).job_id, (_cancel_locked.job).queue,
+                'cancel_requested', (_cancel_locked.job).generation, (_cancel_locked.job).owner_id);
+        END IF;
         RETURN 'cancel_requested';
     END IF;
     RETURN NULL;
@@ -435,6 +443,34 @@ $$;
 ALTER FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) IS 'Private. Refuse queue settings that break the docs/guarantees.md §2 rules (QF104, QF105).';
+
+CREATE FUNCTION fenceq._check_ref(value text, what text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM fenceq._check_name(_check_ref.value, _check_ref.what, max_length => 1024);
+END
+$$;
+
+ALTER FUNCTION fenceq._check_ref(value text, what text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_ref(value text, what text) IS 'Private. Refuse (QF102) a NULL, empty or over-long (1,024 characters) dispatch reference.';
+
+CREATE FUNCTION fenceq._check_requeue_priority(value text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    IF _check_requeue_priority.value NOT IN ('keep', 'first', 'last') THEN
+        PERFORM fenceq._raise('QF100', 'requeue_priority must be keep, first or last');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_requeue_priority(value text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_requeue_priority(value text) IS 'Private. Refuse (QF100) a requeue_priority other than keep, first or last.';
 
 CREATE FUNCTION fenceq._check_time(value timestamp with time zone, what text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -752,6 +788,17 @@ ALTER FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp w
 
 COMMENT ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) IS 'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
 
+CREATE FUNCTION fenceq._event_error(error text) RETURNS text
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT left(_event_error.error, 2000);
+$$;
+
+ALTER FUNCTION fenceq._event_error(error text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._event_error(error text) IS 'Private. An error text cut to the 2,000 characters a history event keeps.';
+
 CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -998,6 +1045,34 @@ $_$;
 ALTER FUNCTION fenceq._json_time(value jsonb, what text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._json_time(value jsonb, what text) IS 'Private. A JSON timestamp string with an explicit offset (NULL for null); QF105 otherwise.';
+
+CREATE TABLE fenceq._dispatches (
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    backend text NOT NULL COLLATE pg_catalog."C",
+    generation bigint NOT NULL,
+    state text NOT NULL COLLATE pg_catalog."C",
+    reservation_ref text NOT NULL COLLATE pg_catalog."C",
+    execution_ref text COLLATE pg_catalog."C",
+    reserved_at timestamp with time zone NOT NULL,
+    finalized_at timestamp with time zone,
+    checked_at timestamp with time zone,
+    CONSTRAINT _dispatches_state_check CHECK ((((state = 'reserved'::text) AND (execution_ref IS NULL)) OR ((state = 'running'::text) AND (execution_ref IS NOT NULL))))
+);
+
+ALTER TABLE fenceq._dispatches OWNER TO fenceq_owner;
+
+CREATE FUNCTION fenceq._live_dispatch(job fenceq._jobs) RETURNS fenceq._dispatches
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    SELECT d.* FROM fenceq._dispatches AS d
+     WHERE d.job_id = (_live_dispatch.job).job_id AND d.generation = (_live_dispatch.job).generation
+       AND (_live_dispatch.job).status = 'claimed';
+$$;
+
+ALTER FUNCTION fenceq._live_dispatch(job fenceq._jobs) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._live_dispatch(job fenceq._jobs) IS 'Private. The live dispatch (claimed at the same generation) of a locked job row, or NULLs.';
 
 CREATE FUNCTION fenceq._lock_dependencies(depends_on text[]) RETURNS TABLE(blocked_by integer, failed boolean)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1266,6 +1341,92 @@ ALTER FUNCTION fenceq._raise(code text, message text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._raise(code text, message text) IS 'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
 
+CREATE FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb DEFAULT '{}'::jsonb) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
+    SELECT _record_event.job_id, q.queue, clock_timestamp(), _record_event.event,
+           CASE WHEN _record_event.owner_id IS NOT NULL THEN _record_event.generation END,
+           _record_event.owner_id, coalesce(_record_event.detail, '{}')
+      FROM fenceq._queues AS q
+     WHERE q.queue = _record_event.queue AND q.history;
+$$;
+
+ALTER FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb) IS 'Private. Write one history event of a job when its queue has history on; nothing otherwise.';
+
+CREATE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb DEFAULT '{}'::jsonb) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+    INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
+    SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event,
+           CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id,
+           CASE _record_events.event
+                WHEN 'claimed' THEN jsonb_build_object('attempt', j.attempts)
+                WHEN 'submitted' THEN jsonb_build_object('priority', j.priority, 'run_at', j.run_at)
+                ELSE coalesce(_record_events.detail, '{}') END
+      FROM unnest(_record_events.job_ids) WITH ORDINALITY AS e(job_id, ordinal)
+      JOIN fenceq._jobs AS j ON j.job_id = e.job_id
+      JOIN fenceq._queues AS q ON q.queue = j.queue
+     WHERE q.history
+     ORDER BY e.ordinal;
+$$;
+
+ALTER FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb) IS 'Private. Write the same history event for each of these jobs whose queue has history on, with the generation and owner on its row.';
+
+CREATE FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_edge timestamptz;
+BEGIN
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_requeue_at.job).queue;
+    IF v_queue.requeue_priority = 'first' THEN
+        -- Each half of the claim index (ready, waiting apart) read at its head.
+        SELECT min(e.run_at) INTO v_edge FROM (
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at LIMIT 1)
+            UNION ALL
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at LIMIT 1)) AS e;
+        RETURN least(_requeue_at.now, v_edge - interval '1 microsecond');
+    ELSIF v_queue.requeue_priority = 'last' THEN
+        SELECT max(e.run_at) INTO v_edge FROM (
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at DESC LIMIT 1)
+            UNION ALL
+            (SELECT j.run_at FROM fenceq._jobs AS j
+              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
+                AND j.priority = (_requeue_at.job).priority
+              ORDER BY j.run_at DESC LIMIT 1)) AS e;
+        RETURN least(greatest(
+            _requeue_at.now + fenceq._backoff((_requeue_at.job).attempts, v_queue.backoff_base,
+                                              v_queue.backoff_factor, v_queue.backoff_max),
+            v_edge + interval '1 microsecond'), timestamptz '9999-12-31 23:59:59.999999+00');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamp with time zone) IS 'Private. When a job reap requeues is due under its queue''s requeue_priority: NULL for keep (the back-off), else ahead of (first) or behind (last) every pending job of its queue and priority.';
+
 CREATE FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1275,6 +1436,7 @@ DECLARE
     v_queue fenceq._queues;
     v_error text := left(_retry_or_fail.error, 65536);
     v_run_at timestamptz;
+    v_dlq_id text;
 BEGIN
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_retry_or_fail.job).queue;
     IF _retry_or_fail.retry AND (_retry_or_fail.job).attempts < (_retry_or_fail.job).max_attempts THEN
@@ -1287,6 +1449,11 @@ BEGIN
                budget_expires_at = NULL, pid = NULL,
                scheduled = v_run_at > _retry_or_fail.now  -- in back-off: waits apart (part 1c)
          WHERE j.job_id = (_retry_or_fail.job).job_id;
+        IF v_queue.history THEN
+            PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'retried',
+                (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
+                jsonb_build_object('error', fenceq._event_error(v_error), 'retry_at', v_run_at));
+        END IF;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
         IF v_queue.notify THEN
@@ -1298,7 +1465,18 @@ BEGIN
        SET status = 'failed', last_error = v_error, finished_at = _retry_or_fail.now,
            dlq_id = CASE WHEN coalesce(v_queue.dead_letter, true)
                          THEN fenceq._dead_letter(_retry_or_fail.job, v_error, _retry_or_fail.now) END
-     WHERE j.job_id = (_retry_or_fail.job).job_id;
+     WHERE j.job_id = (_retry_or_fail.job).job_id
+    RETURNING j.dlq_id INTO v_dlq_id;
+    IF v_queue.history THEN
+        PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'failed',
+            (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
+            jsonb_build_object('error', fenceq._event_error(v_error)));
+        IF v_dlq_id IS NOT NULL THEN
+            PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'dead_lettered',
+                (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
+                jsonb_build_object('dlq_id', v_dlq_id));
+        END IF;
+    END IF;
     PERFORM fenceq._settle_dependents(ARRAY[(_retry_or_fail.job).job_id], false);
     IF v_queue.notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[(_retry_or_fail.job).job_id]);
@@ -1359,6 +1537,9 @@ DECLARE
     v_now timestamptz;
     v_queue text;
     v_job text;
+    v_freed text[];
+    v_wake text[];
+    v_cancelled text[];
 BEGIN
     IF _settle_dependents.completed THEN
         v_targets := ARRAY(SELECT DISTINCT d.job_id FROM fenceq._dependencies AS d
@@ -1378,26 +1559,29 @@ BEGIN
     PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_targets) ORDER BY j.job_id FOR UPDATE;
     v_now := clock_timestamp();
     IF _settle_dependents.completed THEN
-        FOR v_queue IN
-            WITH satisfied AS (
-                UPDATE fenceq._dependencies AS d SET satisfied = true
-                 WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
-                RETURNING d.job_id),
-            counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
-            released AS (
-                UPDATE fenceq._jobs AS j
-                   SET blocked_by = nullif(j.blocked_by - c.n, 0),
-                       run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
-                       blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END,
-                       -- Freed: ready when due now, else still waiting apart (part 1c).
-                       scheduled = j.blocked_by > c.n OR coalesce(j.blocked_run_at > v_now, false)
-                  FROM counted AS c
-                 WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
-                RETURNING j.queue, j.blocked_by IS NULL AS free)
-            -- Free now, due now or later: idle workers re-read next_due.
-            SELECT DISTINCT r.queue FROM released AS r JOIN fenceq._queues AS q ON q.queue = r.queue
-             WHERE r.free AND q.notify
-        LOOP
+        WITH satisfied AS (
+            UPDATE fenceq._dependencies AS d SET satisfied = true
+             WHERE d.depends_on = ANY (_settle_dependents.job_ids) AND NOT d.satisfied
+            RETURNING d.job_id),
+        counted AS (SELECT s.job_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.job_id),
+        released AS (
+            UPDATE fenceq._jobs AS j
+               SET blocked_by = nullif(j.blocked_by - c.n, 0),
+                   run_at = CASE WHEN j.blocked_by = c.n THEN greatest(j.blocked_run_at, v_now) ELSE j.run_at END,
+                   blocked_run_at = CASE WHEN j.blocked_by = c.n THEN NULL ELSE j.blocked_run_at END,
+                   -- Freed: ready when due now, else still waiting apart (part 1c).
+                   scheduled = j.blocked_by > c.n OR coalesce(j.blocked_run_at > v_now, false)
+              FROM counted AS c
+             WHERE j.job_id = c.job_id AND j.status = 'pending' AND j.blocked_by IS NOT NULL
+            RETURNING j.job_id, j.queue, j.blocked_by IS NULL AS free)
+        SELECT array_agg(r.job_id ORDER BY r.job_id) FILTER (WHERE r.free),
+           -- Free now, due now or later: idle workers re-read next_due.
+           ARRAY(SELECT DISTINCT w.queue FROM released AS w JOIN fenceq._queues AS q ON q.queue = w.queue
+                  WHERE w.free AND q.notify)
+          INTO v_freed, v_wake
+          FROM released AS r;
+        PERFORM fenceq._record_events(v_freed, 'unblocked');
+        FOREACH v_queue IN ARRAY v_wake LOOP
             PERFORM pg_notify('fenceq_jobs', v_queue);
         END LOOP;
         RETURN;
@@ -1415,10 +1599,12 @@ BEGIN
     LOOP
         PERFORM pg_notify('fenceq_control', v_job);
     END LOOP;
-    -- fenceq_done (part 58) for the jobs cancelled just now: at this reading.
-    PERFORM fenceq._notify_done(ARRAY(SELECT j.job_id FROM fenceq._jobs AS j
-                                       WHERE j.job_id = ANY (v_targets) AND j.status = 'cancelled'
-                                         AND j.finished_at = v_now));
+    -- The jobs cancelled just now: at this reading.
+    v_cancelled := ARRAY(SELECT j.job_id FROM fenceq._jobs AS j
+                          WHERE j.job_id = ANY (v_targets) AND j.status = 'cancelled' AND j.finished_at = v_now
+                          ORDER BY j.job_id);
+    PERFORM fenceq._record_events(v_cancelled, 'cancelled', '{"reason": "dependency_failed"}');
+    PERFORM fenceq._notify_done(v_cancelled);  -- fenceq_done (part 58)
 END
 $$;
 
@@ -1567,6 +1753,7 @@ BEGIN
         UPDATE fenceq._jobs AS j
            SET status = 'cancelled', finished_at = clock_timestamp()
          WHERE j.job_id = v_holder;
+        PERFORM fenceq._record_events(ARRAY[v_holder], 'cancelled', '{"reason": "replaced"}');
         PERFORM fenceq._settle_dependents(ARRAY[v_holder], false);
         PERFORM pg_notify('fenceq_control', v_holder);
         PERFORM fenceq._notify_done(ARRAY[v_holder]);
@@ -1577,6 +1764,9 @@ BEGIN
             v_dependency_failed := true;
         END IF;
     END LOOP;
+    IF v_queue.history THEN
+        PERFORM fenceq._record_events(ARRAY[v_job_id], 'submitted');
+    END IF;
 
     IF v_depends_on IS NOT NULL THEN
         INSERT INTO fenceq._dependencies AS d (depends_on, job_id, satisfied)
@@ -1641,6 +1831,8 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'cancelled', lease_expires_at = NULL, pid = NULL, finished_at = v_now
      WHERE j.job_id = acknowledge_cancel.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'cancelled', v_job.generation, v_job.owner_id,
+                                 '{"reason": "acknowledged"}');
     PERFORM fenceq._settle_dependents(ARRAY[acknowledge_cancel.job_id], false);
     PERFORM fenceq._notify_done(ARRAY[acknowledge_cancel.job_id]);
     RETURN true;
@@ -1694,7 +1886,77 @@ ALTER FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) OWNER
 
 COMMENT ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) IS 'Take a named lock for ttl: its new fencing token (larger than every earlier one), the same token renewed for its live holder, or NULL while another owner holds it. QF304 when the token is exhausted.';
 
-CREATE FUNCTION fenceq.alter_queue(queue text, lease interval DEFAULT NULL::interval, max_attempts integer DEFAULT NULL::integer, backoff_base interval DEFAULT NULL::interval, backoff_factor double precision DEFAULT NULL::double precision, backoff_max interval DEFAULT NULL::interval, dead_letter boolean DEFAULT NULL::boolean) RETURNS void
+CREATE FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_dispatch fenceq._dispatches;
+    v_now timestamptz;
+    v_lease interval;
+    v_recorded boolean;
+    v_previous_owner text;
+    v_recorded_ref text;
+BEGIN
+    PERFORM fenceq._check_name(adopt_dispatch.job_id, 'job_id');
+    PERFORM fenceq._check_name(adopt_dispatch.backend, 'backend');
+    PERFORM fenceq._check_ref(adopt_dispatch.expected_ref, 'expected_ref');
+    PERFORM fenceq._check_name(adopt_dispatch.owner_id, 'owner_id');
+    PERFORM fenceq._check_name(adopt_dispatch.claim_token, 'claim_token');
+    PERFORM fenceq._check_interval(adopt_dispatch.lease, 'lease');
+    SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = adopt_dispatch.job_id FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT FOUND OR v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now THEN
+        RETURN;
+    END IF;
+    v_dispatch := fenceq._live_dispatch(v_job);
+    -- The ref the dispatch is known by: its reservation's until finalized.
+    v_recorded_ref := coalesce(v_dispatch.execution_ref, v_dispatch.reservation_ref);
+    IF v_dispatch.job_id IS NULL OR v_dispatch.backend <> adopt_dispatch.backend
+       OR v_recorded_ref <> adopt_dispatch.expected_ref THEN
+        RETURN;
+    END IF;
+    IF v_job.generation = 9223372036854775807 THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    v_previous_owner := v_job.owner_id;
+    SELECT coalesce(adopt_dispatch.lease, q.lease) INTO v_lease
+      FROM fenceq._queues AS q WHERE q.queue = v_job.queue;
+    UPDATE fenceq._jobs AS j
+       SET generation = j.generation + 1, owner_id = adopt_dispatch.owner_id,
+           claim_token = adopt_dispatch.claim_token, lease = v_lease,
+           lease_expires_at = v_now + v_lease, budget_expires_at = NULL, pid = NULL
+     WHERE j.job_id = v_job.job_id
+    RETURNING j.* INTO v_job;
+    IF v_job.owner_id IS DISTINCT FROM adopt_dispatch.owner_id
+       OR v_job.claim_token IS DISTINCT FROM adopt_dispatch.claim_token THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
+    VALUES (adopt_dispatch.claim_token, v_job.job_id, v_job.generation, adopt_dispatch.owner_id, v_now)
+    ON CONFLICT (claim_token) DO NOTHING
+    RETURNING true INTO v_recorded;
+    IF v_recorded IS NULL THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    UPDATE fenceq._dispatches AS d SET generation = v_job.generation WHERE d.job_id = v_job.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'dispatch_adopted', v_job.generation, v_job.owner_id,
+        jsonb_build_object('backend', v_dispatch.backend, 'ref', adopt_dispatch.expected_ref,
+                           'previous_owner_id', v_previous_owner));
+    RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority, v_job.attempts,
+                    v_job.max_attempts, v_job.owner_id, v_job.generation, v_job.claim_token,
+                    v_job.lease_expires_at, v_job.budget_expires_at, v_job.cancel_requested,
+                    v_job.submission_id, fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
+END
+$$;
+
+ALTER FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) IS 'Take over a job whose dispatching claim lapsed, when its recorded ref is exactly expected_ref: one claim row (generation + 1, the attempt not counted again), else no row. QF301 for a used token.';
+
+CREATE FUNCTION fenceq.alter_queue(queue text, lease interval DEFAULT NULL::interval, max_attempts integer DEFAULT NULL::integer, backoff_base interval DEFAULT NULL::interval, backoff_factor double precision DEFAULT NULL::double precision, backoff_max interval DEFAULT NULL::interval, dead_letter boolean DEFAULT NULL::boolean, requeue_priority text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
@@ -1703,6 +1965,7 @@ DECLARE
     v_queue fenceq._queues;
 BEGIN
     PERFORM fenceq._check_name(alter_queue.queue, 'queue');
+    PERFORM fenceq._check_requeue_priority(alter_queue.requeue_priority);
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = alter_queue.queue FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
@@ -1718,14 +1981,15 @@ BEGIN
     UPDATE fenceq._queues AS q
        SET lease = v_queue.lease, max_attempts = v_queue.max_attempts,
            backoff_base = v_queue.backoff_base, backoff_factor = v_queue.backoff_factor,
-           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter
+           backoff_max = v_queue.backoff_max, dead_letter = v_queue.dead_letter,
+           requeue_priority = coalesce(alter_queue.requeue_priority, q.requeue_priority)
      WHERE q.queue = alter_queue.queue;
 END
 $$;
 
-ALTER FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) IS 'Change queue settings (NULL = unchanged); the rules apply to the result. QF101 for an unknown queue.';
+COMMENT ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) IS 'Change queue settings (NULL = unchanged); the rules apply to the result. QF101 for an unknown queue.';
 
 CREATE FUNCTION fenceq.cancel(job_id text, force boolean DEFAULT false) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1906,6 +2170,7 @@ DECLARE
     v_recorded integer;
     v_changed boolean;
     v_exhausted boolean;
+    v_logged text[];  -- the claimed jobs whose queues keep events (part 8b)
 BEGIN
     -- Fast paths for the usual well-formed calls: one query-free expression
     -- for a single claim, one expression for a batch numbered from 1.
@@ -2048,7 +2313,7 @@ BEGIN
                pid = NULL
           FROM picked AS p, fenceq._queues AS q
          WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated),
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated, q.history AS logged),
     rated AS (
         INSERT INTO fenceq._rate_window (queue, claimed_at)
         SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
@@ -2064,14 +2329,18 @@ BEGIN
                          CASE WHEN c.generation = 1 THEN '{}'::jsonb
                               ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
            (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token)
-      INTO v_claims, v_recorded, v_changed
+           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
+           array_agg(c.job_id ORDER BY c.ordinal) FILTER (WHERE c.logged)
+      INTO v_claims, v_recorded, v_changed, v_logged
       FROM claimed AS c;
     IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
         PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
     END IF;
     IF v_recorded <> cardinality(v_claims) THEN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'claimed');
     END IF;
     RETURN QUERY SELECT * FROM unnest(v_claims);
 END
@@ -2094,6 +2363,7 @@ DECLARE
     v_old_generation bigint;
     v_recorded boolean;
     v_limited boolean;
+    v_history boolean;  -- whether the queue keeps events (part 8b)
 BEGIN
     IF NOT coalesce(cardinality(claim_next.queues) = 1 AND array_lower(claim_next.queues, 1) = 1
                     AND length(claim_next.queues[1]) BETWEEN 1 AND 255
@@ -2114,7 +2384,7 @@ BEGIN
     END IF;
     WITH queue AS MATERIALIZED (
         -- A queue with limits takes claim_batch's path (the limits' lock).
-        SELECT q.lease FROM fenceq._queues AS q
+        SELECT q.lease, q.history FROM fenceq._queues AS q
          WHERE q.queue = claim_next.queues[1] AND NOT q.paused
            AND num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) = 0),
     picked AS MATERIALIZED (
@@ -2150,7 +2420,8 @@ BEGIN
          WHERE j.job_id = p.job_id
         RETURNING j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts,
                   j.owner_id, j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at,
-                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at),
+                  j.cancel_requested, j.submission_id, p.generation AS old_generation, p.locked_at,
+                  q.history),
     recorded AS (
         INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
         SELECT claim_next.claim_token, c.job_id, c.generation, claim_next.owner_id, c.locked_at
@@ -2160,8 +2431,8 @@ BEGIN
     SELECT ARRAY[ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
                      c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
                      c.cancel_requested, c.submission_id, '{}'::jsonb)::fenceq.claim],
-           c.old_generation, EXISTS (SELECT 1 FROM recorded)
-      INTO v_claim, v_old_generation, v_recorded
+           c.old_generation, EXISTS (SELECT 1 FROM recorded), c.history
+      INTO v_claim, v_old_generation, v_recorded, v_history
       FROM claimed AS c;
 
     IF v_claim IS NULL THEN
@@ -2198,6 +2469,9 @@ BEGIN
     -- (and its statement stays free of the lookup).
     IF v_claim[1].generation > 1 THEN
         v_claim[1].checkpoints := fenceq._checkpoints_of(v_claim[1].job_id);
+    END IF;
+    IF v_history THEN
+        PERFORM fenceq._record_events(ARRAY[v_claim[1].job_id], 'claimed');
     END IF;
     RETURN NEXT v_claim[1];
 END
@@ -2237,6 +2511,7 @@ CREATE FUNCTION fenceq.complete(job_id text, owner_id text, generation bigint, c
 #variable_conflict use_column
 DECLARE
     v_notify_done boolean;
+    v_history boolean;  -- whether the queue keeps events (part 8b)
 BEGIN
     IF NOT fenceq._is_plain_json(complete.result) THEN
         PERFORM fenceq._check_json(complete.result, 'result');
@@ -2257,8 +2532,9 @@ BEGIN
      WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
        AND l.generation = complete.generation AND l.claim_token = complete.claim_token
        AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
-    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
-         INTO v_notify_done;
+    RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false),
+              coalesce((SELECT q.history FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
+         INTO v_notify_done, v_history;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -2269,6 +2545,9 @@ BEGIN
     END IF;
     IF v_notify_done THEN
         PERFORM fenceq._notify_done(ARRAY[complete.job_id]);
+    END IF;
+    IF v_history THEN
+        PERFORM fenceq._record_events(ARRAY[complete.job_id], 'completed');
     END IF;
     RETURN true;
 END
@@ -2291,6 +2570,7 @@ DECLARE
     v_answers boolean[];
     v_completed text[];
     v_notify_done text[];  -- the completed jobs whose queues notify
+    v_logged text[];  -- the completed jobs whose queues keep events (part 8b)
 BEGIN
     v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
         complete_batch.generations, complete_batch.claim_tokens);
@@ -2340,13 +2620,18 @@ BEGIN
                      GROUP BY u.i) AS a),
            (SELECT array_agg(c.j) FROM completed AS c),
            (SELECT array_agg(c.j) FROM completed AS c
-             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done))
-      INTO v_answers, v_completed, v_notify_done;
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done)),
+           (SELECT array_agg(c.j ORDER BY c.i) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.history))
+      INTO v_answers, v_completed, v_notify_done, v_logged;
     IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
         PERFORM fenceq._settle_dependents(v_completed, true);
     END IF;
     IF v_notify_done IS NOT NULL THEN
         PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'completed');
     END IF;
     RETURN v_answers;
 END
@@ -2356,7 +2641,7 @@ ALTER FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generatio
 
 COMMENT ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) IS 'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
 
-CREATE FUNCTION fenceq.create_queue(queue text, lease interval DEFAULT '00:00:30'::interval, max_attempts integer DEFAULT 5, backoff_base interval DEFAULT '00:00:01'::interval, backoff_factor double precision DEFAULT 2, backoff_max interval DEFAULT '01:00:00'::interval, dead_letter boolean DEFAULT true) RETURNS boolean
+CREATE FUNCTION fenceq.create_queue(queue text, lease interval DEFAULT '00:00:30'::interval, max_attempts integer DEFAULT 5, backoff_base interval DEFAULT '00:00:01'::interval, backoff_factor double precision DEFAULT 2, backoff_max interval DEFAULT '01:00:00'::interval, dead_letter boolean DEFAULT true, requeue_priority text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
@@ -2370,11 +2655,12 @@ BEGIN
     IF create_queue.dead_letter IS NULL THEN
         PERFORM fenceq._raise('QF100', 'dead_letter is required');
     END IF;
+    PERFORM fenceq._check_requeue_priority(create_queue.requeue_priority);
     INSERT INTO fenceq._queues AS q (queue, lease, max_attempts, backoff_base, backoff_factor,
-                                     backoff_max, dead_letter, created_at)
+                                     backoff_max, dead_letter, created_at, requeue_priority)
     VALUES (create_queue.queue, create_queue.lease, create_queue.max_attempts,
             create_queue.backoff_base, create_queue.backoff_factor, create_queue.backoff_max,
-            create_queue.dead_letter, clock_timestamp())
+            create_queue.dead_letter, clock_timestamp(), coalesce(create_queue.requeue_priority, 'keep'))
     ON CONFLICT (queue) DO NOTHING;
     IF FOUND THEN
         RETURN true;
@@ -2385,7 +2671,8 @@ BEGIN
        AND v_existing.backoff_base = create_queue.backoff_base
        AND v_existing.backoff_factor = create_queue.backoff_factor
        AND v_existing.backoff_max = create_queue.backoff_max
-       AND v_existing.dead_letter = create_queue.dead_letter THEN
+       AND v_existing.dead_letter = create_queue.dead_letter
+       AND v_existing.requeue_priority = coalesce(create_queue.requeue_priority, v_existing.requeue_priority) THEN
         RETURN false;
     END IF;
     PERFORM fenceq._raise('QF100', 'the queue exists with other settings; use alter_queue');
@@ -2393,9 +2680,9 @@ BEGIN
 END
 $$;
 
-ALTER FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) IS 'Declare a queue with its defaults. True when created, false when it already exists with exactly these settings; QF100 when it exists with others.';
+COMMENT ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) IS 'Declare a queue with its defaults. True when created, false when it already exists with exactly these settings; QF100 when it exists with others.';
 
 CREATE FUNCTION fenceq.discard_dead_letter(dlq_id text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2417,6 +2704,47 @@ $_$;
 ALTER FUNCTION fenceq.discard_dead_letter(dlq_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.discard_dead_letter(dlq_id text) IS 'Mark a dead letter handled without replay. True once; false for an unknown or already handled letter.';
+
+CREATE FUNCTION fenceq.dispatch_repair_candidates(backend text, max_rows integer DEFAULT 100) RETURNS TABLE(job_id text, queue text, task text, state text, ref text, generation bigint, lapsed_at timestamp with time zone, checked_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(dispatch_repair_candidates.backend, 'backend');
+    IF dispatch_repair_candidates.max_rows IS NULL OR dispatch_repair_candidates.max_rows NOT BETWEEN 1 AND 100000 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be 1 to 100000');
+    END IF;
+    v_now := clock_timestamp();
+    RETURN QUERY
+    WITH picked AS (
+        SELECT d.job_id, j.queue, j.task, d.state,
+               CASE d.state WHEN 'reserved' THEN d.reservation_ref ELSE d.execution_ref END AS ref,
+               d.generation, j.lease_expires_at AS lapsed_at, d.checked_at AS last_checked
+          FROM fenceq._dispatches AS d
+          JOIN fenceq._jobs AS j ON j.job_id = d.job_id
+         WHERE d.backend = dispatch_repair_candidates.backend
+           AND j.status = 'claimed' AND j.generation = d.generation AND j.lease_expires_at <= v_now
+         ORDER BY d.checked_at IS NOT NULL, CASE WHEN d.checked_at IS NULL THEN j.lease_expires_at END,
+                  d.checked_at, d.job_id
+         LIMIT dispatch_repair_candidates.max_rows
+           FOR UPDATE OF d SKIP LOCKED),
+    marked AS (
+        UPDATE fenceq._dispatches AS d SET checked_at = greatest(d.checked_at, v_now)
+          FROM picked AS p WHERE d.job_id = p.job_id
+        RETURNING d.job_id, d.checked_at)
+    SELECT p.job_id, p.queue, p.task, p.state, p.ref, p.generation, p.lapsed_at, m.checked_at
+      FROM picked AS p JOIN marked AS m ON m.job_id = p.job_id
+     ORDER BY p.last_checked IS NOT NULL, CASE WHEN p.last_checked IS NULL THEN p.lapsed_at END,
+              p.last_checked, p.job_id;
+END
+$$;
+
+ALTER FUNCTION fenceq.dispatch_repair_candidates(backend text, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.dispatch_repair_candidates(backend text, max_rows integer) IS 'A bounded, fair page (max_rows) of one backend''s dispatches whose claim lapsed, never-checked first; each returned row is marked checked now.';
 
 CREATE FUNCTION fenceq.drop_schedule(schedule text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2498,6 +2826,43 @@ ALTER FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_
 
 COMMENT ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) IS 'Fail a live claim: retried with backoff (or at retry_at) while attempts remain, else failed with a dead letter. True once; false when stale, expired, terminal or cancel-requested.';
 
+CREATE FUNCTION fenceq.finalize_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text, execution_ref text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_dispatch fenceq._dispatches;
+BEGIN
+    PERFORM fenceq._check_ref(finalize_dispatch.reservation_ref, 'reservation_ref');
+    PERFORM fenceq._check_ref(finalize_dispatch.execution_ref, 'execution_ref');
+    v_job := fenceq._lock_live(finalize_dispatch.job_id, finalize_dispatch.owner_id,
+                               finalize_dispatch.generation, finalize_dispatch.claim_token);
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    v_dispatch := fenceq._live_dispatch(v_job);
+    IF v_dispatch.job_id IS NULL OR v_dispatch.reservation_ref <> finalize_dispatch.reservation_ref THEN
+        RETURN false;
+    END IF;
+    IF v_dispatch.state = 'running' THEN
+        RETURN v_dispatch.execution_ref = finalize_dispatch.execution_ref;
+    END IF;
+    UPDATE fenceq._dispatches AS d
+       SET state = 'running', execution_ref = finalize_dispatch.execution_ref, finalized_at = clock_timestamp()
+     WHERE d.job_id = v_job.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'dispatch_finalized', v_job.generation, v_job.owner_id,
+        jsonb_build_object('backend', v_dispatch.backend, 'reservation_ref', v_dispatch.reservation_ref,
+                           'execution_ref', finalize_dispatch.execution_ref));
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.finalize_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text, execution_ref text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.finalize_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text, execution_ref text) IS 'Record the external system''s execution_ref for this live claim''s reservation. True when recorded (or already so: a retry); false for a fence that is not live, no dispatch, or another reservation or execution ref.';
+
 CREATE VIEW fenceq.jobs AS
  SELECT j.job_id,
     j.queue,
@@ -2548,6 +2913,51 @@ $$;
 ALTER FUNCTION fenceq.get_job(job_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.get_job(job_id text) IS 'One job as fenceq.jobs shows it, or no row.';
+
+CREATE TABLE fenceq._events (
+    job_id text NOT NULL COLLATE pg_catalog."C",
+    seq bigint NOT NULL,
+    queue text NOT NULL COLLATE pg_catalog."C",
+    at timestamp with time zone NOT NULL,
+    event text NOT NULL COLLATE pg_catalog."C",
+    generation bigint,
+    owner_id text COLLATE pg_catalog."C",
+    detail jsonb NOT NULL
+);
+
+ALTER TABLE fenceq._events OWNER TO fenceq_owner;
+
+CREATE VIEW fenceq.job_events AS
+ SELECT e.job_id,
+    e.seq,
+    e.at,
+    e.event,
+    e.generation,
+    e.owner_id,
+    e.detail
+   FROM fenceq._events e;
+
+ALTER TABLE fenceq.job_events OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.job_events IS 'The recorded transitions of jobs whose queues have history on: one row each, seq ascending per job. Never a claim token.';
+
+CREATE FUNCTION fenceq.get_job_events(job_id text) RETURNS SETOF fenceq.job_events
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM fenceq._check_name(get_job_events.job_id, 'job_id');
+    RETURN QUERY
+        SELECT e.job_id, e.seq, e.at, e.event, e.generation, e.owner_id, e.detail
+          FROM fenceq._events AS e
+         WHERE e.job_id = get_job_events.job_id
+         ORDER BY e.seq;
+END
+$$;
+
+ALTER FUNCTION fenceq.get_job_events(job_id text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.get_job_events(job_id text) IS 'One job''s recorded transitions, oldest first; no rows for an unknown job or one whose queue kept no history.';
 
 CREATE FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval DEFAULT NULL::interval) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2799,7 +3209,22 @@ BEGIN
     -- cancelled): they go with it, either end.
     DELETE FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_ids);
     DELETE FROM fenceq._dependencies AS d WHERE d.job_id = ANY (v_ids);
+    DELETE FROM fenceq._events AS e WHERE e.job_id = ANY (v_ids);
+    DELETE FROM fenceq._dispatches AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    -- Each queue's retention (part 8b) bounds its events on their own:
+    -- at most max_rows of them, oldest first per queue.
+    DELETE FROM fenceq._events AS e
+     WHERE (e.job_id, e.seq) IN (
+        SELECT o.job_id, o.seq
+          FROM fenceq._queues AS q
+         CROSS JOIN LATERAL (
+            SELECT x.job_id, x.seq FROM fenceq._events AS x
+             WHERE x.queue = q.queue AND x.at < clock_timestamp() - q.history_retention
+             ORDER BY x.at
+             LIMIT purge.max_rows) AS o
+         WHERE q.history_retention IS NOT NULL
+         LIMIT purge.max_rows);
     IF purge.submissions_older_than IS NOT NULL THEN
         v_cutoff := clock_timestamp() - purge.submissions_older_than;
         DELETE FROM fenceq._submissions AS s
@@ -2839,6 +3264,8 @@ BEGIN
     FOR v_job IN
         SELECT j.* FROM fenceq._jobs AS j
          WHERE j.status = 'claimed' AND j.lease_expires_at <= v_cutoff
+           AND NOT EXISTS (SELECT 1 FROM fenceq._dispatches AS d
+                            WHERE d.job_id = j.job_id AND d.generation = j.generation)
          ORDER BY j.lease_expires_at
          LIMIT v_left
            FOR UPDATE SKIP LOCKED
@@ -2846,13 +3273,18 @@ BEGIN
         v_now := clock_timestamp();
         CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
         v_left := v_left - 1;
+        PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'reaped', v_job.generation, v_job.owner_id,
+                                     jsonb_build_object('lease_expires_at', v_job.lease_expires_at));
         IF v_job.cancel_requested THEN
             UPDATE fenceq._jobs AS j SET status = 'cancelled', pid = NULL, finished_at = v_now
              WHERE j.job_id = v_job.job_id;
+            PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'cancelled', v_job.generation,
+                                         v_job.owner_id, '{"reason": "reaped"}');
             PERFORM fenceq._settle_dependents(ARRAY[v_job.job_id], false);
             PERFORM fenceq._notify_done(ARRAY[v_job.job_id]);
             cancelled := cancelled + 1;
-        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, NULL, v_now) = 'pending' THEN
+        ELSIF fenceq._retry_or_fail(v_job, 'lease_expired', true, fenceq._requeue_at(v_job, v_now),
+                                    v_now) = 'pending' THEN
             requeued := requeued + 1;
         ELSE
             failed := failed + 1;
@@ -2872,6 +3304,7 @@ BEGIN
             RETURNING j.job_id)
         SELECT array_agg(d.job_id) INTO v_expired FROM done AS d;
         expired := coalesce(cardinality(v_expired), 0);
+        PERFORM fenceq._record_events(v_expired, 'expired');
         PERFORM fenceq._settle_dependents(v_expired, false);
         PERFORM fenceq._notify_done(v_expired);
     END IF;
@@ -2931,6 +3364,11 @@ BEGIN
     IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
         RETURN false;
     END IF;
+    -- Work handed to an external system may exist: never requeue it (a
+    -- reservation is dropped by release_dispatch first; part 8a).
+    IF (fenceq._live_dispatch(v_job)).job_id IS NOT NULL THEN
+        RETURN false;
+    END IF;
     v_run_at := coalesce(release.run_at, v_now);
     UPDATE fenceq._jobs AS j
        SET status = 'pending', attempts = j.attempts - 1, run_at = v_run_at,
@@ -2938,6 +3376,8 @@ BEGIN
            budget_expires_at = NULL, pid = NULL,
            scheduled = v_run_at > v_now  -- released for later: waits apart (part 1c)
      WHERE j.job_id = release.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'released', v_job.generation, v_job.owner_id,
+                                 jsonb_build_object('run_at', v_run_at));
     PERFORM fenceq._notify_jobs(v_job.queue);  -- due now or later: idle workers re-read next_due
     RETURN true;
 END
@@ -2946,6 +3386,37 @@ $$;
 ALTER FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) IS 'Hand a live claim back to pending (at run_at, default now) without spending an attempt. False when stale, expired, terminal or cancel-requested.';
+
+CREATE FUNCTION fenceq.release_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_dispatch fenceq._dispatches;
+BEGIN
+    PERFORM fenceq._check_ref(release_dispatch.reservation_ref, 'reservation_ref');
+    v_job := fenceq._lock_live(release_dispatch.job_id, release_dispatch.owner_id,
+                               release_dispatch.generation, release_dispatch.claim_token);
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    v_dispatch := fenceq._live_dispatch(v_job);
+    IF v_dispatch.job_id IS NULL OR v_dispatch.state <> 'reserved'
+       OR v_dispatch.reservation_ref <> release_dispatch.reservation_ref THEN
+        RETURN false;
+    END IF;
+    DELETE FROM fenceq._dispatches AS d WHERE d.job_id = v_job.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'dispatch_released', v_job.generation, v_job.owner_id,
+        jsonb_build_object('backend', v_dispatch.backend, 'reservation_ref', v_dispatch.reservation_ref));
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.release_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.release_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text) IS 'Drop this live claim''s dispatch reservation because the external call was never made; the claim stays live. False for a fence that is not live, another ref, or a running dispatch.';
 
 CREATE FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2995,6 +3466,45 @@ ALTER FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl int
 
 COMMENT ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) IS 'Extend a live hold of a named lock to now + ttl. True while this owner holds it live with this token; false once lapsed, released or taken over.';
 
+CREATE FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, generation bigint, claim_token text, expected_ref text, execution_ref text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_dispatch fenceq._dispatches;
+BEGIN
+    PERFORM fenceq._check_ref(replace_dispatch_ref.expected_ref, 'expected_ref');
+    PERFORM fenceq._check_ref(replace_dispatch_ref.execution_ref, 'execution_ref');
+    v_job := fenceq._lock_live(replace_dispatch_ref.job_id, replace_dispatch_ref.owner_id,
+                               replace_dispatch_ref.generation, replace_dispatch_ref.claim_token);
+    IF v_job.job_id IS NULL THEN
+        RETURN false;
+    END IF;
+    v_dispatch := fenceq._live_dispatch(v_job);
+    IF v_dispatch.job_id IS NULL OR v_dispatch.state <> 'running' THEN
+        RETURN false;
+    END IF;
+    IF v_dispatch.execution_ref = replace_dispatch_ref.execution_ref THEN
+        RETURN true;
+    END IF;
+    IF v_dispatch.execution_ref <> replace_dispatch_ref.expected_ref THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._dispatches AS d SET execution_ref = replace_dispatch_ref.execution_ref
+     WHERE d.job_id = v_job.job_id;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'dispatch_replaced', v_job.generation, v_job.owner_id,
+        jsonb_build_object('backend', v_dispatch.backend, 'expected_ref', replace_dispatch_ref.expected_ref,
+                           'execution_ref', replace_dispatch_ref.execution_ref));
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, generation bigint, claim_token text, expected_ref text, execution_ref text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, generation bigint, claim_token text, expected_ref text, execution_ref text) IS 'Move this live claim''s running dispatch from expected_ref to execution_ref. True when moved (or already there: a retry); false otherwise.';
+
 CREATE FUNCTION fenceq.replay_dead_letter(dlq_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -3036,6 +3546,8 @@ BEGIN
         RETURN NULL;
     END IF;
     UPDATE fenceq._dead_letters AS d SET replayed_at = v_now WHERE d.dlq_id = replay_dead_letter.dlq_id;
+    PERFORM fenceq._record_events(ARRAY[v_letter.job_id], 'replayed',
+                                  jsonb_build_object('dlq_id', replay_dead_letter.dlq_id));
     PERFORM fenceq._notify_jobs(v_letter.queue);
     RETURN v_letter.job_id;
 END
@@ -3044,6 +3556,48 @@ $_$;
 ALTER FUNCTION fenceq.replay_dead_letter(dlq_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.replay_dead_letter(dlq_id text) IS 'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
+
+CREATE FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_job fenceq._jobs;
+    v_dispatch fenceq._dispatches;
+BEGIN
+    PERFORM fenceq._check_name(reserve_dispatch.backend, 'backend');
+    PERFORM fenceq._check_ref(reserve_dispatch.reservation_ref, 'reservation_ref');
+    v_job := fenceq._lock_live(reserve_dispatch.job_id, reserve_dispatch.owner_id,
+                               reserve_dispatch.generation, reserve_dispatch.claim_token);
+    IF v_job.job_id IS NULL OR v_job.cancel_requested THEN
+        RETURN false;
+    END IF;
+    v_dispatch := fenceq._live_dispatch(v_job);
+    IF v_dispatch.job_id IS NOT NULL THEN
+        IF v_dispatch.backend = reserve_dispatch.backend
+           AND v_dispatch.reservation_ref = reserve_dispatch.reservation_ref THEN
+            RETURN true;
+        END IF;
+        PERFORM fenceq._raise('QF305', 'this claim already holds a dispatch under another backend or reference');
+    END IF;
+    -- A row left by an earlier claim of the job is not live: replace it.
+    INSERT INTO fenceq._dispatches AS d (job_id, backend, generation, state, reservation_ref, reserved_at)
+    VALUES (v_job.job_id, reserve_dispatch.backend, v_job.generation, 'reserved',
+            reserve_dispatch.reservation_ref, clock_timestamp())
+    ON CONFLICT (job_id) DO UPDATE
+       SET backend = excluded.backend, generation = excluded.generation, state = 'reserved',
+           reservation_ref = excluded.reservation_ref, execution_ref = NULL,
+           reserved_at = excluded.reserved_at, finalized_at = NULL, checked_at = NULL;
+    PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'dispatch_reserved', v_job.generation, v_job.owner_id,
+        jsonb_build_object('backend', reserve_dispatch.backend, 'reservation_ref', reserve_dispatch.reservation_ref));
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) IS 'Record that this live claim is about to start work in an external system under reservation_ref. True when reserved (or already so: a retry); false for a fence that is not live or a cancel-requested job; QF305 when the claim holds another dispatch.';
 
 CREATE FUNCTION fenceq.resume_queue(queue text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3083,6 +3637,38 @@ $$;
 ALTER FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) IS 'Record the process id of a live, not cancel-requested claim. True when recorded; false otherwise.';
+
+CREATE FUNCTION fenceq.set_queue_history(queue text, enabled boolean, retention interval DEFAULT NULL::interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+BEGIN
+    PERFORM fenceq._check_name(set_queue_history.queue, 'queue');
+    IF set_queue_history.enabled IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'enabled is required');
+    END IF;
+    PERFORM fenceq._check_interval(set_queue_history.retention, 'retention');
+    SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = set_queue_history.queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    IF v_queue.history = set_queue_history.enabled
+       AND v_queue.history_retention IS NOT DISTINCT FROM set_queue_history.retention THEN
+        RETURN false;
+    END IF;
+    UPDATE fenceq._queues AS q
+       SET history = set_queue_history.enabled, history_retention = set_queue_history.retention
+     WHERE q.queue = set_queue_history.queue;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION fenceq.set_queue_history(queue text, enabled boolean, retention interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.set_queue_history(queue text, enabled boolean, retention interval) IS 'Turn a queue''s job history on or off (events already written are kept), with an optional retention applied by purge. True when the setting changed; QF101 for an unknown queue. Admins only.';
 
 CREATE FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer DEFAULT NULL::integer, max_claimed_per_key integer DEFAULT NULL::integer, rate_limit integer DEFAULT NULL::integer, rate_period interval DEFAULT NULL::interval) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3256,6 +3842,7 @@ DECLARE
     v_job_id text;
     v_notify boolean;
     v_reserved boolean;
+    v_history boolean;  -- whether the queue keeps events (part 8b)
     v_existing fenceq._submissions;
 BEGIN
     IF NOT coalesce(submit.job_id IS NULL AND submit.active_key IS NULL AND NOT submit.force
@@ -3277,7 +3864,7 @@ BEGIN
     END IF;
 
     WITH queue AS MATERIALIZED (
-        SELECT q.queue, q.max_attempts, q.notify, clock_timestamp() AS now,
+        SELECT q.queue, q.max_attempts, q.notify, q.history, clock_timestamp() AS now,
                fenceq._new_job_id() AS job_id
           FROM fenceq._queues AS q WHERE q.queue = submit.queue),
     reserved AS (  -- a submission identity, when there is one, before its job
@@ -3297,8 +3884,8 @@ BEGIN
          WHERE submit.submission_id IS NULL OR EXISTS (SELECT 1 FROM reserved)
         ON CONFLICT DO NOTHING
         RETURNING j.job_id)
-    SELECT i.job_id, q.notify, EXISTS (SELECT 1 FROM reserved)
-      INTO v_job_id, v_notify, v_reserved
+    SELECT i.job_id, q.notify, EXISTS (SELECT 1 FROM reserved), q.history
+      INTO v_job_id, v_notify, v_reserved, v_history
       FROM queue AS q LEFT JOIN inserted AS i ON true;
     IF NOT FOUND THEN
         PERFORM fenceq._raise('QF101', 'unknown queue');
@@ -3317,6 +3904,9 @@ BEGIN
             PERFORM fenceq._raise('QF201', 'the submission id is retained for a different request');
         END IF;
         PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+    END IF;
+    IF v_history THEN
+        PERFORM fenceq._record_events(ARRAY[v_job_id], 'submitted');
     END IF;
     IF v_notify THEN
         PERFORM pg_notify('fenceq_jobs', submit.queue);
@@ -3387,6 +3977,9 @@ BEGIN
                0, v_queue.max_attempts, v_now, v_now
           FROM jsonb_array_elements(submit_batch.requests) WITH ORDINALITY AS r
          ORDER BY r.ordinality;  -- seq follows input order
+        IF v_queue.history THEN
+            PERFORM fenceq._record_events(v_ids, 'submitted');
+        END IF;
         IF cardinality(v_ids) > 0 AND v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
         END IF;
@@ -3477,6 +4070,10 @@ BEGIN
         GET DIAGNOSTICS v_inserted = ROW_COUNT;
         IF v_inserted <> coalesce(cardinality(v_fresh), 0) THEN
             PERFORM fenceq._raise('QF203', 'the job id is taken');  -- a generated id collided
+        END IF;
+        IF v_queue.history THEN
+            PERFORM fenceq._record_events(ARRAY(SELECT v_new_ids[f.i] FROM unnest(v_fresh) AS f(i) ORDER BY f.i),
+                                          'submitted');
         END IF;
         IF cardinality(v_fresh) > 0 AND v_queue.notify THEN
             PERFORM pg_notify('fenceq_jobs', submit_batch.queue);
@@ -3670,7 +4267,19 @@ BEGIN
         ('_schedules', 'cron_weekdays', 'integer[]', true), ('_schedules', 'cron_days_and', 'boolean', true),
         ('_schedules', 'next_run_at', 'timestamp with time zone', false),
         ('_schedules', 'last_run_at', 'timestamp with time zone', false),
-        ('_schedules', 'last_job_id', 'text', false))
+        ('_schedules', 'last_job_id', 'text', false),
+        ('_queues', 'requeue_priority', 'text', true), ('_queues', 'history', 'boolean', true),
+        ('_queues', 'history_retention', 'interval', false),
+        ('_dispatches', 'job_id', 'text', true), ('_dispatches', 'backend', 'text', true),
+        ('_dispatches', 'generation', 'bigint', true), ('_dispatches', 'state', 'text', true),
+        ('_dispatches', 'reservation_ref', 'text', true), ('_dispatches', 'execution_ref', 'text', false),
+        ('_dispatches', 'reserved_at', 'timestamp with time zone', true),
+        ('_dispatches', 'finalized_at', 'timestamp with time zone', false),
+        ('_dispatches', 'checked_at', 'timestamp with time zone', false),
+        ('_events', 'job_id', 'text', true), ('_events', 'seq', 'bigint', true),
+        ('_events', 'queue', 'text', true), ('_events', 'at', 'timestamp with time zone', true),
+        ('_events', 'event', 'text', true), ('_events', 'generation', 'bigint', false),
+        ('_events', 'owner_id', 'text', false), ('_events', 'detail', 'jsonb', true))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -3699,7 +4308,8 @@ BEGIN
     -- Identity is arbitrated by exact, full, single-column unique indexes.
     FOR check_name, v_bad IN VALUES ('claim_token_unique', '_claims.claim_token'),
                                     ('submission_id_unique', '_submissions.submission_id'),
-                                    ('job_id_unique', '_jobs.job_id')
+                                    ('job_id_unique', '_jobs.job_id'),
+                                    ('dispatch_job_unique', '_dispatches.job_id')
     LOOP
         SELECT count(*) = 1 INTO ok
           FROM pg_index AS i
@@ -3755,7 +4365,10 @@ BEGIN
         ('locks', ARRAY['lock', 'owner_id', 'token', 'expires_at']),
         ('schedules', ARRAY['schedule', 'queue', 'task', 'cron', 'time_zone', 'payload', 'priority',
                             'max_attempts', 'active_key', 'paused', 'next_run_at', 'last_run_at',
-                            'last_job_id']))
+                            'last_job_id']),
+        ('dispatches', ARRAY['job_id', 'queue', 'backend', 'state', 'reservation_ref', 'execution_ref',
+                             'owner_id', 'generation', 'lease_expires_at', 'checked_at']),
+        ('job_events', ARRAY['job_id', 'seq', 'at', 'event', 'generation', 'owner_id', 'detail']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -3780,7 +4393,10 @@ BEGIN
         ('_claims', 'job_id', NULL), ('_claims', 'owner_id', NULL), ('_claims', 'generation', NULL),
         ('_dead_letters', 'dlq_id', NULL), ('_queues', 'paused', 'false'), ('_queues', 'notify', 'true'),
         ('_locks', 'lock', NULL), ('_locks', 'owner_id', NULL), ('_locks', 'token', NULL),
-        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL))
+        ('_queues', 'notify_done', 'false'), ('_jobs', 'progress', NULL), ('_jobs', 'progress_at', NULL),
+        ('_queues', 'requeue_priority', '''keep''::text'), ('_queues', 'history', 'false'),
+        ('_dispatches', 'job_id', NULL), ('_dispatches', 'generation', NULL), ('_dispatches', 'state', NULL),
+        ('_dispatches', 'reservation_ref', NULL), ('_dispatches', 'execution_ref', NULL))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attrdef AS d
@@ -3879,7 +4495,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '5';
+    RETURN '6';
 END
 $$;
 
@@ -3929,6 +4545,15 @@ CREATE TABLE fenceq._dependencies (
 
 ALTER TABLE fenceq._dependencies OWNER TO fenceq_owner;
 
+ALTER TABLE fenceq._events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME fenceq._events_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 ALTER TABLE fenceq._jobs ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME fenceq._jobs_seq_seq
     START WITH 1
@@ -3964,7 +4589,11 @@ CREATE TABLE fenceq._queues (
     max_claimed_per_key integer,
     rate_limit integer,
     rate_period interval,
-    notify_done boolean DEFAULT false NOT NULL
+    notify_done boolean DEFAULT false NOT NULL,
+    requeue_priority text DEFAULT 'keep'::text NOT NULL COLLATE pg_catalog."C",
+    history boolean DEFAULT false NOT NULL,
+    history_retention interval,
+    CONSTRAINT _queues_requeue_priority_check CHECK ((requeue_priority = ANY (ARRAY['keep'::text, 'first'::text, 'last'::text])))
 );
 
 ALTER TABLE fenceq._queues OWNER TO fenceq_owner;
@@ -4034,6 +4663,25 @@ CREATE VIEW fenceq.dependencies AS
 ALTER TABLE fenceq.dependencies OWNER TO fenceq_owner;
 
 COMMENT ON VIEW fenceq.dependencies IS 'One row per dependency: job_id waits for depends_on; satisfied once it completed.';
+
+CREATE VIEW fenceq.dispatches AS
+ SELECT j.job_id,
+    j.queue,
+    d.backend,
+    d.state,
+    d.reservation_ref,
+    d.execution_ref,
+    j.owner_id,
+    j.generation,
+    j.lease_expires_at,
+    d.checked_at
+   FROM (fenceq._dispatches d
+     JOIN fenceq._jobs j ON ((j.job_id = d.job_id)))
+  WHERE ((j.status = 'claimed'::text) AND (j.generation = d.generation));
+
+ALTER TABLE fenceq.dispatches OWNER TO fenceq_owner;
+
+COMMENT ON VIEW fenceq.dispatches IS 'One row per job whose dispatch to an external system is live (reserved or running, the job claimed at that generation).';
 
 CREATE VIEW fenceq.locks AS
  SELECT l.lock,
@@ -4165,6 +4813,12 @@ ALTER TABLE ONLY fenceq._dead_letters
 ALTER TABLE ONLY fenceq._dependencies
     ADD CONSTRAINT _dependencies_pkey PRIMARY KEY (depends_on, job_id);
 
+ALTER TABLE ONLY fenceq._dispatches
+    ADD CONSTRAINT _dispatches_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE ONLY fenceq._events
+    ADD CONSTRAINT _events_pkey PRIMARY KEY (job_id, seq);
+
 ALTER TABLE ONLY fenceq._jobs
     ADD CONSTRAINT _jobs_pkey PRIMARY KEY (job_id);
 
@@ -4197,6 +4851,10 @@ CREATE INDEX _claims_job_idx ON fenceq._claims USING btree (job_id, generation);
 CREATE INDEX _dead_letters_job_idx ON fenceq._dead_letters USING btree (job_id);
 
 CREATE INDEX _dependencies_job_idx ON fenceq._dependencies USING btree (job_id);
+
+CREATE INDEX _dispatches_backend_idx ON fenceq._dispatches USING btree (backend);
+
+CREATE INDEX _events_queue_at_idx ON fenceq._events USING btree (queue, at);
 
 CREATE UNIQUE INDEX _jobs_active_key_idx ON fenceq._jobs USING btree (queue, active_key) WHERE ((active_key IS NOT NULL) AND (status = ANY (ARRAY['pending'::text, 'claimed'::text])));
 
@@ -4246,6 +4904,10 @@ REVOKE ALL ON FUNCTION fenceq._check_names(names text[], what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_queue_settings(lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._check_ref(value text, what text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_requeue_priority(value text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._check_time(value timestamp with time zone, what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
@@ -4261,6 +4923,8 @@ REVOKE ALL ON FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant tim
 REVOKE ALL ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._event_error(error text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
@@ -4292,6 +4956,8 @@ REVOKE ALL ON FUNCTION fenceq._json_text_array(value jsonb, what text) FROM PUBL
 
 REVOKE ALL ON FUNCTION fenceq._json_time(value jsonb, what text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._live_dispatch(job fenceq._jobs) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._lock_dependencies(depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._lock_identities(keys text[]) FROM PUBLIC;
@@ -4312,6 +4978,12 @@ REVOKE ALL ON FUNCTION fenceq._pick_limited(queue text, wanted integer) FROM PUB
 
 REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._retry_or_fail(job fenceq._jobs, error text, retry boolean, retry_at timestamp with time zone, now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._set_queue_flag(queue text, flag text, value boolean) FROM PUBLIC;
@@ -4330,8 +5002,12 @@ REVOKE ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interva
 GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_admin;
 
-REVOKE ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) TO fenceq_admin;
+REVOKE ALL ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) TO fenceq_admin;
@@ -4367,11 +5043,15 @@ REVOKE ALL ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], g
 GRANT ALL ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.complete_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[], results jsonb[]) TO fenceq_admin;
 
-REVOKE ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean) TO fenceq_admin;
+REVOKE ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.create_queue(queue text, lease interval, max_attempts integer, backoff_base interval, backoff_factor double precision, backoff_max interval, dead_letter boolean, requeue_priority text) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.discard_dead_letter(dlq_id text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.dispatch_repair_candidates(backend text, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.dispatch_repair_candidates(backend text, max_rows integer) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.dispatch_repair_candidates(backend text, max_rows integer) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.drop_schedule(schedule text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.drop_schedule(schedule text) TO fenceq_admin;
@@ -4384,6 +5064,10 @@ REVOKE ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.fail(job_id text, owner_id text, generation bigint, claim_token text, error text, retry boolean, retry_at timestamp with time zone) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.finalize_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text, execution_ref text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.finalize_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text, execution_ref text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.finalize_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text, execution_ref text) TO fenceq_admin;
+
 GRANT SELECT ON TABLE fenceq.jobs TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.jobs TO fenceq_admin;
 
@@ -4391,6 +5075,13 @@ REVOKE ALL ON FUNCTION fenceq.get_job(job_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.get_job(job_id text) TO fenceq_producer;
 GRANT ALL ON FUNCTION fenceq.get_job(job_id text) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.get_job(job_id text) TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.job_events TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.job_events TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.get_job_events(job_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.get_job_events(job_id text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.get_job_events(job_id text) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.heartbeat(job_id text, owner_id text, generation bigint, claim_token text, lease interval) TO fenceq_worker;
@@ -4426,6 +5117,10 @@ REVOKE ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation big
 GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.release_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.release_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.release_dispatch(job_id text, owner_id text, generation bigint, claim_token text, reservation_ref text) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.release_lock(lock text, owner_id text, token bigint) TO fenceq_admin;
@@ -4434,8 +5129,16 @@ REVOKE ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint,
 GRANT ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.renew_lock(lock text, owner_id text, token bigint, ttl interval) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, generation bigint, claim_token text, expected_ref text, execution_ref text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, generation bigint, claim_token text, expected_ref text, execution_ref text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, generation bigint, claim_token text, expected_ref text, execution_ref text) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.resume_queue(queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.resume_queue(queue text) TO fenceq_admin;
@@ -4443,6 +5146,9 @@ GRANT ALL ON FUNCTION fenceq.resume_queue(queue text) TO fenceq_admin;
 REVOKE ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.set_queue_history(queue text, enabled boolean, retention interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.set_queue_history(queue text, enabled boolean, retention interval) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_queue_limits(queue text, max_claimed integer, max_claimed_per_key integer, rate_limit integer, rate_period interval) TO fenceq_admin;
@@ -4489,6 +5195,9 @@ GRANT SELECT ON TABLE fenceq.dead_letters TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.dependencies TO fenceq_admin;
+
+GRANT SELECT ON TABLE fenceq.dispatches TO fenceq_worker;
+GRANT SELECT ON TABLE fenceq.dispatches TO fenceq_admin;
 
 GRANT SELECT ON TABLE fenceq.locks TO fenceq_worker;
 GRANT SELECT ON TABLE fenceq.locks TO fenceq_admin;
