@@ -2,7 +2,9 @@
 -- Generated from templates/complete.sql by scripts/gen-sqlite: edit the template.
 --
 -- True once; false for a stale, expired, terminal or cancel-requested
--- fence. QF106 for a malformed fence, QF103 for a bad result.
+-- fence. QF106 for a malformed fence, QF103 for a bad result. A dispatch
+-- the claim had ends with it. Events completed, and unblocked for each
+-- dependent it frees.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :result canonical JSON
@@ -37,6 +39,16 @@ UPDATE fenceq__jobs
             AND instr(replace(:result, '\\', ''), '\u0000') = 0))
    AND (:result IS NULL OR length(CAST(:result AS BLOB)) <= 1048576);
 INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
+-- Event completed, when the write happened: with history off this reads
+-- the job and its queue's flag.
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', :generation, :owner_id,
+       '{}',
+       j.finished_at
+  FROM temp.fenceq_complete_call AS c JOIN fenceq__jobs AS j ON j.job_id = :job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND c.changed > 0;
 UPDATE fenceq__jobs
    SET blocked_by = nullif(fenceq__jobs.blocked_by - c.n, 0),
        run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
@@ -55,6 +67,20 @@ UPDATE fenceq__jobs
  WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
    AND fenceq__jobs.blocked_by IS NOT NULL
    AND 1;
+-- Event unblocked for each dependent just freed: pending, none left, and
+-- an edge to a completed job not yet marked satisfied.
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL,
+       '{}',
+       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status = 'pending' AND j.blocked_by IS NULL AND 1
+       AND j.job_id IN (
+           SELECT d.job_id FROM fenceq__dependencies AS d
+            WHERE NOT d.satisfied AND d.depends_on IN (
+                  :job_id));
 UPDATE fenceq__dependencies SET satisfied = 1
  WHERE NOT satisfied
    AND depends_on IN (

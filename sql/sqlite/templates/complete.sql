@@ -1,7 +1,9 @@
 -- fenceq for SQLite: complete -- record success for a live claim.
 --
 -- True once; false for a stale, expired, terminal or cancel-requested
--- fence. QF106 for a malformed fence, QF103 for a bad result.
+-- fence. QF106 for a malformed fence, QF103 for a bad result. A dispatch
+-- the claim had ends with it. Events completed, and unblocked for each
+-- dependent it frees.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :result canonical JSON
@@ -28,6 +30,13 @@ UPDATE fenceq__jobs
    AND {{optional_json(:result)}}
    AND {{optional_within_1_mib(:result)}};
 INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
+-- Event completed, when the write happened: with history off this reads
+-- the job and its queue's flag.
+{{history_event(
+    temp.fenceq_complete_call AS c JOIN fenceq__jobs AS j ON j.job_id = :job_id,
+    c.changed > 0,
+    'completed', {{by(:generation, :owner_id)}}, '{}',
+    j.finished_at)}}
 {{release_dependents(:job_id, 1)}}
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
