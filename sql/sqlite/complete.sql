@@ -39,16 +39,6 @@ UPDATE fenceq__jobs
             AND instr(replace(:result, '\\', ''), '\u0000') = 0))
    AND (:result IS NULL OR length(CAST(:result AS BLOB)) <= 1048576);
 INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
--- Event completed, when the write happened: with history off this reads
--- the job and its queue's flag.
-INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
-SELECT j.job_id, j.queue, 'completed', :generation, :owner_id,
-       '{}',
-       j.finished_at
-  FROM temp.fenceq_complete_call AS c JOIN fenceq__jobs AS j ON j.job_id = :job_id
-  JOIN fenceq__queues AS q ON q.queue = j.queue
- WHERE q.history
-   AND c.changed > 0;
 UPDATE fenceq__jobs
    SET blocked_by = nullif(fenceq__jobs.blocked_by - c.n, 0),
        run_at = CASE WHEN fenceq__jobs.blocked_by = c.n
@@ -67,20 +57,6 @@ UPDATE fenceq__jobs
  WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
    AND fenceq__jobs.blocked_by IS NOT NULL
    AND 1;
--- Event unblocked for each dependent just freed: pending, none left, and
--- an edge to a completed job not yet marked satisfied.
-INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
-SELECT j.job_id, j.queue, 'unblocked', NULL, NULL,
-       '{}',
-       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
-  FROM fenceq__jobs AS j
-  JOIN fenceq__queues AS q ON q.queue = j.queue
- WHERE q.history
-   AND j.status = 'pending' AND j.blocked_by IS NULL AND 1
-       AND j.job_id IN (
-           SELECT d.job_id FROM fenceq__dependencies AS d
-            WHERE NOT d.satisfied AND d.depends_on IN (
-                  :job_id));
 UPDATE fenceq__dependencies SET satisfied = 1
  WHERE NOT satisfied
    AND depends_on IN (
@@ -89,6 +65,21 @@ UPDATE fenceq__dependencies SET satisfied = 1
           AND f.job_id IN (
               :job_id))
    AND 1;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id, '{}', j.finished_at
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.job_id IN (
+       SELECT :job_id FROM temp.fenceq_complete_call AS c WHERE c.changed > 0)
+UNION ALL
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL, '{}',
+       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history AND j.status = 'pending' AND j.blocked_by IS NULL
+   AND j.job_id IN (
+       SELECT d.job_id FROM fenceq__dependencies AS d
+        WHERE d.depends_on IN (
+              SELECT :job_id FROM temp.fenceq_complete_call AS c WHERE c.changed > 0));
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
 SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,

@@ -188,14 +188,6 @@ UPDATE fenceq__jobs
    SET status = 'completed', result = b.result, finished_at = b.now
   FROM temp.fenceq_complete_batch AS b
  WHERE fenceq__jobs.seq = b.seq AND b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
-SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id,
-       '{}',
-       b.now
-  FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
-  JOIN fenceq__queues AS q ON q.queue = j.queue
- WHERE q.history
-   AND b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- The completed jobs' dependents are counted off.
 UPDATE fenceq__jobs
    SET blocked_by = nullif(fenceq__jobs.blocked_by - c.n, 0),
@@ -216,21 +208,6 @@ UPDATE fenceq__jobs
  WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
    AND fenceq__jobs.blocked_by IS NOT NULL
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
--- Event unblocked for each dependent just freed: pending, none left, and
--- an edge to a completed job not yet marked satisfied.
-INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
-SELECT j.job_id, j.queue, 'unblocked', NULL, NULL,
-       '{}',
-       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
-  FROM fenceq__jobs AS j
-  JOIN fenceq__queues AS q ON q.queue = j.queue
- WHERE q.history
-   AND j.status = 'pending' AND j.blocked_by IS NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-       AND j.job_id IN (
-           SELECT d.job_id FROM fenceq__dependencies AS d
-            WHERE NOT d.satisfied AND d.depends_on IN (
-                  SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
-                   WHERE b.answer));
 UPDATE fenceq__dependencies SET satisfied = 1
  WHERE NOT satisfied
    AND depends_on IN (
@@ -240,6 +217,23 @@ UPDATE fenceq__dependencies SET satisfied = 1
               SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
                WHERE b.answer))
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id, '{}', j.finished_at
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.job_id IN (
+       SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+        WHERE b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
+UNION ALL
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL, '{}',
+       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history AND j.status = 'pending' AND j.blocked_by IS NULL
+   AND j.job_id IN (
+       SELECT d.job_id FROM fenceq__dependencies AS d
+        WHERE d.depends_on IN (
+              SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+               WHERE b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)));
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT '[' || coalesce(group_concat(CASE WHEN b.answer THEN 'true' ELSE 'false' END, ','), '') || ']'

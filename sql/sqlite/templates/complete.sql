@@ -30,14 +30,8 @@ UPDATE fenceq__jobs
    AND {{optional_json(:result)}}
    AND {{optional_within_1_mib(:result)}};
 INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
--- Event completed, when the write happened: with history off this reads
--- the job and its queue's flag.
-{{history_event(
-    temp.fenceq_complete_call AS c JOIN fenceq__jobs AS j ON j.job_id = :job_id,
-    c.changed > 0,
-    'completed', {{by(:generation, :owner_id)}}, '{}',
-    j.finished_at)}}
 {{release_dependents(:job_id, 1)}}
+{{completed_events(SELECT :job_id FROM temp.fenceq_complete_call AS c WHERE c.changed > 0)}}
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
 SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,

@@ -61,16 +61,14 @@ UPDATE fenceq__jobs
    SET status = 'completed', result = b.result, finished_at = b.now
   FROM temp.fenceq_complete_batch AS b
  WHERE fenceq__jobs.seq = b.seq AND b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-{{history_event(
-    temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq,
-    b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
-    'completed', {{by(j.generation, j.owner_id)}}, '{}',
-    b.now)}}
 -- The completed jobs' dependents are counted off.
 {{release_dependents(
     SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
      WHERE b.answer,
     NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
+{{completed_events(
+    SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+     WHERE b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT {{json_boolean_array(b.answer)}}

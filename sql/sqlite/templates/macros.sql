@@ -562,7 +562,7 @@ SELECT e.sqlstate, e.message, e.detail,
 -- macro: release_dependents(completed, guard)
 -- Count the jobs of $completed (a SELECT of job ids) that are completed off
 -- their dependents: a dependent left with none becomes due at the run_at
--- it asked for or now, whichever is later (event unblocked). Idempotent: a completed job's
+-- it asked for or now, whichever is later. Idempotent: a completed job's
 -- edges are satisfied once, so the statements may run whether or not this
 -- call completed it. Bounded: a job has at most 1000 dependents.
 UPDATE fenceq__jobs
@@ -583,17 +583,6 @@ UPDATE fenceq__jobs
  WHERE fenceq__jobs.job_id = c.job_id AND fenceq__jobs.status = 'pending'
    AND fenceq__jobs.blocked_by IS NOT NULL
    AND $guard;
--- Event unblocked for each dependent just freed: pending, none left, and
--- an edge to a completed job not yet marked satisfied.
-{{history_event(
-    fenceq__jobs AS j,
-    j.status = 'pending' AND j.blocked_by IS NULL AND $guard
-    AND j.job_id IN (
-        SELECT d.job_id FROM fenceq__dependencies AS d
-         WHERE NOT d.satisfied AND d.depends_on IN (
-               $completed)),
-    'unblocked', {{by(NULL, NULL)}}, '{}',
-    {{now}})}}
 UPDATE fenceq__dependencies SET satisfied = 1
  WHERE NOT satisfied
    AND depends_on IN (
@@ -602,6 +591,29 @@ UPDATE fenceq__dependencies SET satisfied = 1
           AND f.job_id IN (
               $completed))
    AND $guard;
+
+-- macro: completed_events(completed)
+-- Events completed for the jobs of $completed (a SELECT of the job ids this
+-- call completed), then unblocked for each dependent they freed: once they
+-- are counted off (release_dependents), a pending dependent of a job just
+-- completed with none left was freed by this call, since that job's edge
+-- counted until now. One statement; with history off it reads each job's
+-- queue flag and the (usually empty) list of its dependents.
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id, '{}', j.finished_at
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.job_id IN (
+       $completed)
+UNION ALL
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL, '{}',
+       {{now}}
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history AND j.status = 'pending' AND j.blocked_by IS NULL
+   AND j.job_id IN (
+       SELECT d.job_id FROM fenceq__dependencies AS d
+        WHERE d.depends_on IN (
+              $completed));
 
 -- macro: cancel_dependents(ended, guard)
 -- Every pending or claimed job that depends, transitively, on a job of
