@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Iterator
 
 import psycopg
@@ -80,13 +81,73 @@ def test_worker_works_but_cannot_read_private_tables_or_tokens(seeded, login):
         assert worker.attempts(claim.job_id)[0].owner_id == "w"
         with pytest.raises(fenceq.ConfigError):
             worker.cancel(claim.job_id)
-    for table in ("_jobs", "_claims", "_submissions", "_queues", "_checkpoints", "_dead_letters"):
+    for table in ("_jobs", "_claims", "_submissions", "_queues", "_checkpoints", "_dead_letters",
+                  "_dispatches", "_events"):
         assert _sqlstate(url, f"SELECT * FROM fenceq.{table}") == "42501", table
     assert _sqlstate(url, "SELECT fenceq._canonical_json('{}')") == "42501"
     with psycopg.connect(url) as conn:
         views = conn.execute("SELECT table_name, column_name FROM information_schema.columns"
                              " WHERE table_schema = 'fenceq'").fetchall()
     assert views and not any(column == "claim_token" for _, column in views)
+
+
+def test_worker_dispatches_adopts_and_reads_history_but_cannot_set_it(seeded, login):
+    """Version 6 (docs/design-v6.md "Roles"): a worker may call the five
+    dispatch functions and dispatch_repair_candidates, and read dispatches
+    and job_events (get_job_events too); set_queue_history is an admin's."""
+    with seeded.connect() as owner:
+        assert owner.set_queue_history("q", True) is True
+    url = login("fenceq_worker")
+    with fenceq.connect(url) as worker:
+        c = worker.claim_next(["q"], "w", fenceq.new_claim_token())
+        assert worker.reserve_dispatch(c.fence, "ext", "r1") is True
+        assert worker.finalize_dispatch(c.fence, "r1", "x1") is True
+        assert worker.replace_dispatch_ref(c.fence, "x1", "x2") is True
+        assert worker.release_dispatch(c.fence, "r1") is False          # running: refused, not forbidden
+        assert [(d.job_id, d.state, d.execution_ref) for d in worker.dispatches()] == [(c.job_id, "running", "x2")]
+        assert worker.dispatch_repair_candidates("ext") == []
+        assert worker.adopt_dispatch(c.job_id, "ext", "x2", "reconciler", fenceq.new_claim_token()) is None
+        assert [e.event for e in worker.get_job_events(c.job_id)] == [   # submitted before history was on
+            "claimed", "dispatch_reserved", "dispatch_finalized", "dispatch_replaced"]
+        assert worker.complete(c.fence) is True
+        with pytest.raises(fenceq.ConfigError) as info:
+            worker.set_queue_history("q", False)
+        assert info.value.sqlstate == "42501"
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM fenceq.job_events").fetchone()[0] == 5
+        assert conn.execute("SELECT count(*) FROM fenceq.dispatches").fetchone()[0] == 0
+    assert _sqlstate(url, "SELECT fenceq.set_queue_history('q', false)") == "42501"
+
+
+def test_producer_may_neither_dispatch_nor_read_dispatches_or_history(seeded, login):
+    url = login("fenceq_producer")
+    fence = fenceq.Fence("some-job", "w", 1, "some-token")
+    with fenceq.connect(url) as producer:
+        for name, forbidden in {
+            "reserve_dispatch": lambda: producer.reserve_dispatch(fence, "ext", "r1"),
+            "finalize_dispatch": lambda: producer.finalize_dispatch(fence, "r1", "x1"),
+            "release_dispatch": lambda: producer.release_dispatch(fence, "r1"),
+            "replace_dispatch_ref": lambda: producer.replace_dispatch_ref(fence, "x1", "x2"),
+            "adopt_dispatch": lambda: producer.adopt_dispatch("some-job", "ext", "r1", "w", "some-token"),
+            "dispatch_repair_candidates": lambda: producer.dispatch_repair_candidates("ext"),
+            "dispatches": lambda: producer.dispatches(),
+            "get_job_events": lambda: producer.get_job_events("some-job"),
+            "set_queue_history": lambda: producer.set_queue_history("q", True),
+        }.items():
+            with pytest.raises(fenceq.ConfigError) as info:
+                forbidden()
+            assert info.value.sqlstate == "42501", name
+    for view in ("dispatches", "job_events"):
+        assert _sqlstate(url, f"SELECT * FROM fenceq.{view}") == "42501", view
+    for call in ("fenceq.reserve_dispatch('j', 'w', 1, 't', 'ext', 'r1')",
+                 "fenceq.finalize_dispatch('j', 'w', 1, 't', 'r1', 'x1')",
+                 "fenceq.release_dispatch('j', 'w', 1, 't', 'r1')",
+                 "fenceq.replace_dispatch_ref('j', 'w', 1, 't', 'x1', 'x2')",
+                 "fenceq.adopt_dispatch('j', 'ext', 'r1', 'w', 't')",
+                 "fenceq.dispatch_repair_candidates('ext')",
+                 "fenceq.get_job_events('j')",
+                 "fenceq.set_queue_history('q', true)"):
+        assert _sqlstate(url, f"SELECT * FROM {call}") == "42501", call
 
 
 def test_admin_has_everything(seeded, login):
@@ -96,6 +157,9 @@ def test_admin_has_everything(seeded, login):
         assert all(c.ok for c in admin.verify_schema())
         job_id = admin.submit("q", "t2")
         assert admin.cancel(job_id) == "cancelled"
+        assert admin.set_queue_history("q", True, retention=timedelta(hours=1)) is True
+        assert admin.get_job_events(job_id) == []            # written before history was on
+        assert admin.dispatches() == [] and admin.dispatch_repair_candidates("ext") == []
 
 
 def test_public_has_no_rights(seeded):

@@ -3,7 +3,8 @@
 --
 -- Needs the live fence and a pending cancel request: the job becomes
 -- cancelled, its lease and pid are cleared and its active key freed, and
--- every job that depends on it is cancelled too. False otherwise.
+-- every job that depends on it is cancelled too (a dispatch it had ends
+-- with the claim). Event cancelled (reason acknowledged). False otherwise.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT.
@@ -39,13 +40,23 @@ UPDATE fenceq__jobs
   FROM temp.fenceq_fence AS f
  WHERE fenceq__jobs.seq = f.seq AND f.live AND f.cancel_requested
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', :generation, :owner_id,
+       '{"reason":"acknowledged"}',
+       f.now
+  FROM temp.fenceq_fence AS f JOIN fenceq__jobs AS j ON j.seq = f.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND f.live AND f.cancel_requested AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- A cancelled job takes its dependents with it.
-UPDATE fenceq__jobs
-   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
-       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
- WHERE status IN ('pending', 'claimed')
+CREATE TEMP TABLE IF NOT EXISTS fenceq_dependents (job_id TEXT PRIMARY KEY, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_dependents;
+INSERT INTO temp.fenceq_dependents (job_id, now)
+SELECT j.job_id, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j
+ WHERE j.status IN ('pending', 'claimed')
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-   AND job_id IN (
+   AND j.job_id IN (
        WITH RECURSIVE down(job_id, depth) AS (
            SELECT d.job_id, 1
              FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
@@ -58,6 +69,20 @@ UPDATE fenceq__jobs
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
             WHERE w.depth <= 17)
        SELECT w.job_id FROM down AS w);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                       CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       '{"reason":"dependency_failed"}',
+       x.now
+  FROM temp.fenceq_dependents AS x JOIN fenceq__jobs AS j ON j.job_id = x.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status IN ('pending', 'claimed');
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = x.now
+  FROM temp.fenceq_dependents AS x
+ WHERE fenceq__jobs.job_id = x.job_id;
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT f.live AND f.cancel_requested FROM temp.fenceq_fence AS f) END AS value

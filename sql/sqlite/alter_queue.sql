@@ -6,7 +6,8 @@
 --
 -- Parameters: :queue TEXT; :lease, :backoff_base, :backoff_max INTEGER
 -- microseconds; :max_attempts INTEGER; :backoff_factor REAL; :dead_letter
--- INTEGER 0/1 (each NULL = unchanged).
+-- INTEGER 0/1; :requeue_priority TEXT keep, first or last (each NULL =
+-- unchanged).
 -- Result: one row (sqlstate, message, detail, value NULL).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
@@ -34,6 +35,8 @@ SELECT sqlstate, message FROM (
     UNION ALL SELECT 7, 'QF104', 'fenceq: backoff_factor must be finite and at least 1'
      WHERE NOT (:backoff_factor IS NULL OR (typeof(:backoff_factor) IN ('integer', 'real')
                 AND :backoff_factor BETWEEN 1 AND 1.7976931348623157e308))
+    UNION ALL SELECT 10, 'QF100', 'fenceq: requeue_priority must be keep, first or last'
+     WHERE NOT coalesce(:requeue_priority IN ('keep', 'first', 'last'), 1)
     UNION ALL SELECT 8, 'QF105', 'fenceq: backoff_max must not be less than backoff_base'
       FROM fenceq__queues AS q
      WHERE q.queue = :queue
@@ -48,7 +51,8 @@ UPDATE fenceq__queues
        backoff_base = coalesce(:backoff_base, backoff_base),
        backoff_factor = coalesce(:backoff_factor, backoff_factor),
        backoff_max = coalesce(:backoff_max, backoff_max),
-       dead_letter = coalesce(:dead_letter, dead_letter)
+       dead_letter = coalesce(:dead_letter, dead_letter),
+       requeue_priority = coalesce(:requeue_priority, requeue_priority)
  WHERE queue = :queue AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN NULL END AS value

@@ -99,6 +99,17 @@ SELECT m.seq, CASE WHEN m.status = 'pending' OR (m.status = 'claimed' AND coales
  ORDER BY m.seq
  LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
             ELSE 10000 END;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, c.answer, CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                    CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       CASE WHEN c.answer = 'cancel_requested' THEN '{}'
+            WHEN j.status = 'claimed' THEN '{"reason":"force"}' ELSE '{"reason":"cancel"}' END,
+       c.now
+  FROM temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status IN ('pending', 'claimed') AND NOT (c.answer = 'cancel_requested' AND j.cancel_requested)
+       AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
@@ -107,12 +118,14 @@ UPDATE fenceq__jobs SET cancel_requested = 1
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancel_requested'
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
-UPDATE fenceq__jobs
-   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
-       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
- WHERE status IN ('pending', 'claimed')
+CREATE TEMP TABLE IF NOT EXISTS fenceq_dependents (job_id TEXT PRIMARY KEY, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_dependents;
+INSERT INTO temp.fenceq_dependents (job_id, now)
+SELECT j.job_id, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j
+ WHERE j.status IN ('pending', 'claimed')
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-   AND job_id IN (
+   AND j.job_id IN (
        WITH RECURSIVE down(job_id, depth) AS (
            SELECT d.job_id, 1
              FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
@@ -125,6 +138,20 @@ UPDATE fenceq__jobs
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
             WHERE w.depth <= 17)
        SELECT w.job_id FROM down AS w);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                       CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       '{"reason":"dependency_failed"}',
+       x.now
+  FROM temp.fenceq_dependents AS x JOIN fenceq__jobs AS j ON j.job_id = x.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status IN ('pending', 'claimed');
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = x.now
+  FROM temp.fenceq_dependents AS x
+ WHERE fenceq__jobs.job_id = x.job_id;
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_cancel) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -28,9 +28,11 @@
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
+-- The claims to make: job, token, generation before, lease, the queue's
+-- history flag and the clock reading.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
-    lease INTEGER NOT NULL, now INTEGER NOT NULL);
+    lease INTEGER NOT NULL, history INTEGER NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_claim;
 -- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
 -- and the claim use the same reading, so a job due by it is claimable.
@@ -116,7 +118,7 @@ SELECT sqlstate, message FROM (
 WITH clock(now) AS MATERIALIZED (
         SELECT c.now FROM temp.fenceq_claim_clock AS c),
      heads AS (
-        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease, q.history
           FROM fenceq__queues AS q
           JOIN clock
           JOIN fenceq__jobs AS j ON j.seq IN (
@@ -132,7 +134,7 @@ WITH clock(now) AS MATERIALIZED (
                                                                         THEN :queues END END) AS a) AND NOT q.paused
            AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
         UNION ALL
-        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease, q.history
           FROM fenceq__queues AS q
           JOIN clock
           JOIN fenceq__jobs AS j ON j.seq IN (
@@ -165,8 +167,8 @@ WITH clock(now) AS MATERIALIZED (
         SELECT t.key + 1 AS ord, t.value AS token FROM json_each(CASE WHEN json_valid(:claim_tokens)
                                                                       THEN CASE WHEN json_type(:claim_tokens) = 'array'
                                                                                 THEN :claim_tokens END END) AS t)
-INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
-SELECT c.ord, c.seq, t.token, c.generation, coalesce(:lease, c.queue_lease), clock.now
+INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, history, now)
+SELECT c.ord, c.seq, t.token, c.generation, coalesce(:lease, c.queue_lease), c.history, clock.now
   FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
           FROM heads AS h) AS c
   JOIN tokens AS t ON t.ord = c.ord
@@ -218,6 +220,10 @@ SELECT j.queue, c.now
                        WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)) AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
   JOIN fenceq__queues AS q ON q.queue = j.queue
  WHERE q.rate_limit IS NOT NULL AND j.claim_token = c.token;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'claimed', j.generation, j.owner_id, json_object('attempt', j.attempts), c.now
+  FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE c.history AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
        generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
        checkpoints

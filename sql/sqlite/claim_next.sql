@@ -29,10 +29,11 @@
 -- One scratch row per connection (temp.fenceq_claim_next, overwritten by
 -- each call): the clock reading, then the first failing check in this
 -- order (sqlstate, message), else the chosen job (seq, its generation, the
--- lease). The writes are guarded by its sqlstate being NULL.
+-- lease, its queue's history flag). The writes are guarded by its sqlstate
+-- being NULL.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_next (
     id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT,
-    seq INTEGER, generation INTEGER, lease INTEGER, now INTEGER NOT NULL);
+    seq INTEGER, generation INTEGER, lease INTEGER, history INTEGER, now INTEGER NOT NULL);
 -- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
 -- and the claim use the same reading, so a job due by it is claimable.
 INSERT OR REPLACE INTO temp.fenceq_claim_next (id, now)
@@ -86,7 +87,7 @@ WITH clock(now) AS MATERIALIZED (
              THEN 'QF101 fenceq: unknown queue'
         END AS error FROM doc AS d),
      heads AS (
-        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease, q.history
           FROM fenceq__queues AS q
           JOIN clock
           JOIN fenceq__jobs AS j ON j.seq IN (
@@ -98,7 +99,7 @@ WITH clock(now) AS MATERIALIZED (
          WHERE q.queue IN (SELECT a.value FROM json_each((SELECT d.doc FROM doc AS d)) AS a) AND NOT q.paused
            AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
         UNION ALL
-        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+        SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease, q.history
           FROM fenceq__queues AS q
           JOIN clock
           JOIN fenceq__jobs AS j ON j.seq IN (
@@ -124,12 +125,12 @@ WITH clock(now) AS MATERIALIZED (
          WHERE q.queue IN (SELECT a.value FROM json_each((SELECT d.doc FROM doc AS d)) AS a) AND NOT q.paused
            AND (q.max_claimed IS NOT NULL OR q.max_claimed_per_key IS NOT NULL OR q.rate_limit IS NOT NULL)),
      head AS (
-        SELECT h.seq, h.generation, coalesce(:lease, h.queue_lease) AS lease
+        SELECT h.seq, h.generation, coalesce(:lease, h.queue_lease) AS lease, h.history
           FROM heads AS h
          WHERE (SELECT e.error IS NULL FROM e)
          ORDER BY h.priority DESC, h.run_at, h.seq
          LIMIT 1),
-     decision(error, seq, generation, lease, now) AS (
+     decision(error, seq, generation, lease, history, now) AS (
         SELECT coalesce(e.error, CASE
                  WHEN h.generation >= 9223372036854775807
                       THEN 'QF303 fenceq: the job''s generation is exhausted'
@@ -137,11 +138,11 @@ WITH clock(now) AS MATERIALIZED (
                                              OR coalesce(:budget, 0) > 253402300799999999 - clock.now)
                       THEN '22008 fenceq: the lease or budget ends after year 9999'
                  END),
-               h.seq, h.generation, h.lease, clock.now
+               h.seq, h.generation, h.lease, h.history, clock.now
           FROM clock JOIN e LEFT JOIN head AS h)
-INSERT OR REPLACE INTO temp.fenceq_claim_next (id, sqlstate, message, seq, generation, lease, now)
+INSERT OR REPLACE INTO temp.fenceq_claim_next (id, sqlstate, message, seq, generation, lease, history, now)
 SELECT 1, substr(x.error, 1, 5), substr(x.error, 7), CASE WHEN x.error IS NULL THEN x.seq END,
-       x.generation, x.lease, x.now
+       x.generation, x.lease, x.history, x.now
   FROM decision AS x;
 UPDATE fenceq__jobs
    SET status = 'claimed',
@@ -176,6 +177,10 @@ SELECT j.queue, c.now
                        WHERE c.sqlstate IS NULL) AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
   JOIN fenceq__queues AS q ON q.queue = j.queue
  WHERE q.rate_limit IS NOT NULL AND j.claim_token = c.token;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'claimed', j.generation, j.owner_id, json_object('attempt', j.attempts), c.now
+  FROM temp.fenceq_claim_next AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE c.history AND c.sqlstate IS NULL;
 SELECT c.sqlstate, c.message, NULL AS detail,
        NULL AS job_id, NULL AS queue, NULL AS task, NULL AS payload, NULL AS priority, NULL AS attempt,
        NULL AS max_attempts, NULL AS owner_id, NULL AS generation, NULL AS claim_token,

@@ -2,7 +2,9 @@
 -- Generated from templates/complete.sql by scripts/gen-sqlite: edit the template.
 --
 -- True once; false for a stale, expired, terminal or cancel-requested
--- fence. QF106 for a malformed fence, QF103 for a bad result.
+-- fence. QF106 for a malformed fence, QF103 for a bad result. A dispatch
+-- the claim had ends with it. Events completed, and unblocked for each
+-- dependent it frees.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :result canonical JSON
@@ -63,6 +65,21 @@ UPDATE fenceq__dependencies SET satisfied = 1
           AND f.job_id IN (
               :job_id))
    AND 1;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id, '{}', j.finished_at
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.job_id IN (
+       SELECT :job_id FROM temp.fenceq_complete_call AS c WHERE c.changed > 0)
+UNION ALL
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL, '{}',
+       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history AND j.status = 'pending' AND j.blocked_by IS NULL
+   AND j.job_id IN (
+       SELECT d.job_id FROM fenceq__dependencies AS d
+        WHERE d.depends_on IN (
+              SELECT :job_id FROM temp.fenceq_complete_call AS c WHERE c.changed > 0));
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
 SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,

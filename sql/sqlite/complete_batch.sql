@@ -217,6 +217,23 @@ UPDATE fenceq__dependencies SET satisfied = 1
               SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
                WHERE b.answer))
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id, '{}', j.finished_at
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.job_id IN (
+       SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+        WHERE b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
+UNION ALL
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL, '{}',
+       (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history AND j.status = 'pending' AND j.blocked_by IS NULL
+   AND j.job_id IN (
+       SELECT d.job_id FROM fenceq__dependencies AS d
+        WHERE d.depends_on IN (
+              SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+               WHERE b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)));
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT '[' || coalesce(group_concat(CASE WHEN b.answer THEN 'true' ELSE 'false' END, ','), '') || ']'

@@ -7,7 +7,9 @@
 -- Parameters: :queue TEXT; :lease INTEGER microseconds (default 30 s);
 -- :max_attempts INTEGER (default 5); :backoff_base INTEGER microseconds
 -- (default 1 s); :backoff_factor REAL (default 2); :backoff_max INTEGER
--- microseconds (default 1 h); :dead_letter INTEGER 0/1 (default 1).
+-- microseconds (default 1 h); :dead_letter INTEGER 0/1 (default 1);
+-- :requeue_priority TEXT keep, first or last (default keep: where reap
+-- requeues a job whose lease lapsed).
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
@@ -38,6 +40,8 @@ SELECT sqlstate, message FROM (
     UNION ALL SELECT 7, 'QF104', 'fenceq: backoff_factor must be finite and at least 1'
      WHERE NOT (:backoff_factor IS NULL OR (typeof(:backoff_factor) IN ('integer', 'real')
                 AND :backoff_factor BETWEEN 1 AND 1.7976931348623157e308))
+    UNION ALL SELECT 10, 'QF100', 'fenceq: requeue_priority must be keep, first or last'
+     WHERE NOT coalesce(:requeue_priority IN ('keep', 'first', 'last'), 1)
     UNION ALL SELECT 8, 'QF105', 'fenceq: backoff_max must not be less than backoff_base'
      WHERE coalesce(:backoff_max, 3600000000) < coalesce(:backoff_base, 1000000)
     UNION ALL SELECT 9, 'QF100', 'fenceq: dead_letter must be a boolean'
@@ -56,11 +60,13 @@ SELECT 'QF100', 'fenceq: the queue exists with other settings; use alter_queue'
             AND q.backoff_base = coalesce(:backoff_base, 1000000)
             AND q.backoff_factor = coalesce(:backoff_factor, 2.0)
             AND q.backoff_max = coalesce(:backoff_max, 3600000000)
-            AND q.dead_letter = coalesce(:dead_letter, 1));
+            AND q.dead_letter = coalesce(:dead_letter, 1)
+            AND q.requeue_priority = coalesce(:requeue_priority, 'keep'));
 INSERT INTO fenceq__queues (queue, lease, max_attempts, backoff_base, backoff_factor, backoff_max,
-                            dead_letter, created_at)
+                            dead_letter, requeue_priority, created_at)
 SELECT :queue, coalesce(:lease, 30000000), coalesce(:max_attempts, 5), coalesce(:backoff_base, 1000000),
        coalesce(:backoff_factor, 2.0), coalesce(:backoff_max, 3600000000), coalesce(:dead_letter, 1),
+       coalesce(:requeue_priority, 'keep'),
        (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
    AND NOT (SELECT existed FROM temp.fenceq_create_queue);

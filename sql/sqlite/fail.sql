@@ -7,6 +7,8 @@
 -- letter written in the same transaction when the queue keeps them. The
 -- job keeps the error (its first 65,536 characters) as last_error. True
 -- once; false for a stale, expired, terminal or cancel-requested fence.
+-- Events retried or failed (+ dead_lettered); a dispatch the claim had
+-- ends with it.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :error TEXT; :retry
@@ -106,13 +108,38 @@ INSERT INTO fenceq__dead_letters (dlq_id, job_id, queue, task, error, attempts, 
 SELECT r.dlq_id, j.job_id, j.queue, j.task, j.last_error, j.attempts, r.now
   FROM temp.fenceq_retry AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
  WHERE r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, CASE WHEN r.requeue THEN 'retried' ELSE 'failed' END, :generation, :owner_id,
+       CASE WHEN r.requeue
+            THEN json_object('error', substr(:error, 1, 2000), 'retry_at',
+                             strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                                      'unixepoch')
+                             || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000))
+            ELSE json_object('error', substr(:error, 1, 2000)) END,
+       r.now
+  FROM temp.fenceq_retry AS r
+       JOIN fenceq__jobs AS j ON j.seq = r.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'dead_lettered', :generation, :owner_id,
+       json_object('dlq_id', r.dlq_id),
+       r.now
+  FROM temp.fenceq_retry AS r
+       JOIN fenceq__jobs AS j ON j.seq = r.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- A job that failed for good takes its dependents with it.
-UPDATE fenceq__jobs
-   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
-       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
- WHERE status IN ('pending', 'claimed')
+CREATE TEMP TABLE IF NOT EXISTS fenceq_dependents (job_id TEXT PRIMARY KEY, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_dependents;
+INSERT INTO temp.fenceq_dependents (job_id, now)
+SELECT j.job_id, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j
+ WHERE j.status IN ('pending', 'claimed')
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-   AND job_id IN (
+   AND j.job_id IN (
        WITH RECURSIVE down(job_id, depth) AS (
            SELECT d.job_id, 1
              FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
@@ -125,6 +152,20 @@ UPDATE fenceq__jobs
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
             WHERE w.depth <= 17)
        SELECT w.job_id FROM down AS w);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                       CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       '{"reason":"dependency_failed"}',
+       x.now
+  FROM temp.fenceq_dependents AS x JOIN fenceq__jobs AS j ON j.job_id = x.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status IN ('pending', 'claimed');
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = x.now
+  FROM temp.fenceq_dependents AS x
+ WHERE fenceq__jobs.job_id = x.job_id;
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN EXISTS (SELECT 1 FROM temp.fenceq_retry) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -3,8 +3,10 @@
 --
 -- Deletes terminal jobs finished before now - older_than, oldest first, at
 -- most max_rows, with their checkpoints, claim ledger rows, dependency
--- edges and handled dead letters. Jobs with a dead letter that is neither replayed nor discarded
--- are kept. Submission identities outlive the purge unless
+-- edges, handled dead letters, dispatch records and events. Jobs with a
+-- dead letter that is neither replayed nor discarded are kept. Per queue
+-- with a history retention, events older than it go too (at most max_rows
+-- of them). Submission identities outlive the purge unless
 -- submissions_older_than is given: then identities older than that whose
 -- jobs are gone are forgotten too. Returns the number of jobs deleted.
 --
@@ -13,8 +15,8 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Differs from PostgreSQL in that both cutoffs are inclusive
--- (finished_at <= now - older_than): the clock counts milliseconds, so a
+-- Differs from PostgreSQL in that the cutoffs are inclusive
+-- (finished_at <= now - older_than, at <= now - retention): the clock counts milliseconds, so a
 -- job finished earlier in the same millisecond is not kept.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
@@ -52,6 +54,22 @@ DELETE FROM fenceq__claims
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__dead_letters
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__dispatches
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+DELETE FROM fenceq__events
+ WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Retention: each queue's oldest events first, through its (queue, at) index.
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+DELETE FROM fenceq__events
+ WHERE seq IN (
+       SELECT e.seq
+         FROM clock JOIN fenceq__queues AS q
+         JOIN fenceq__events AS e ON e.queue = q.queue AND e.at <= clock.now - q.history_retention
+        WHERE q.history_retention IS NOT NULL
+        LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+                   ELSE 10000 END)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- A purged job's dependency edges go with it: each is satisfied, or its
 -- dependent was cancelled, once the job is terminal.
 DELETE FROM fenceq__dependencies

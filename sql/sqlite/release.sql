@@ -3,7 +3,9 @@
 --
 -- Graceful shutdown or snooze: the job is pending again at run_at (default
 -- now), and the claim does not count as an attempt. False for a stale,
--- expired, terminal or cancel-requested fence.
+-- expired, terminal or cancel-requested fence, and while the claim has a
+-- live dispatch, reserved or running (release_dispatch it first, or settle
+-- the job: its work may be in flight elsewhere). Event released.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :run_at UTC TEXT
@@ -48,6 +50,14 @@ SELECT j.seq, c.now,
   FROM (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS c
   LEFT JOIN fenceq__jobs AS j ON j.job_id = :job_id
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Whether the fence may release: live, no cancel requested, no live dispatch.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_release (released INTEGER NOT NULL);
+DELETE FROM temp.fenceq_release;
+INSERT INTO temp.fenceq_release (released)
+SELECT f.live AND NOT f.cancel_requested
+       AND NOT EXISTS (SELECT 1 FROM fenceq__dispatches AS d
+                        WHERE d.job_id = :job_id AND d.generation = :generation)
+  FROM temp.fenceq_fence AS f;
 UPDATE fenceq__jobs
    SET status = 'pending', attempts = attempts - 1,
        run_at = coalesce((unixepoch(substr(:run_at, 1, 19)) * 1000000
@@ -57,10 +67,21 @@ UPDATE fenceq__jobs
                              + CAST(substr(:run_at, 21, 6) AS INTEGER)), f.now) > f.now,
        owner_id = NULL, claim_token = NULL, lease = NULL, lease_expires_at = NULL,
        budget_expires_at = NULL, pid = NULL
-  FROM temp.fenceq_fence AS f
- WHERE fenceq__jobs.seq = f.seq AND f.live AND NOT f.cancel_requested
+  FROM temp.fenceq_fence AS f JOIN temp.fenceq_release AS r
+ WHERE fenceq__jobs.seq = f.seq AND r.released
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'released', :generation, :owner_id,
+       json_object('run_at', strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                                      'unixepoch')
+                             || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000)),
+       f.now
+  FROM temp.fenceq_fence AS f JOIN temp.fenceq_release AS r JOIN fenceq__jobs AS j ON j.seq = f.seq
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND r.released AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
-            THEN (SELECT f.live AND NOT f.cancel_requested FROM temp.fenceq_fence AS f) END AS value
+            THEN (SELECT (SELECT r.released FROM temp.fenceq_release AS r)
+                    FROM temp.fenceq_fence AS f) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -2,7 +2,7 @@
 -- Generated from templates/replay_dead_letter.sql by scripts/gen-sqlite: edit the template.
 --
 -- The job gets a fresh attempt budget; its submission identity and
--- generation history are kept. Returns the job id; NULL for an unknown or
+-- generation history are kept (event replayed). Returns the job id; NULL for an unknown or
 -- already handled letter. QF102 unless dlq_id is 32 lowercase hex
 -- characters; QF202 when another active job now holds the job's active key
 -- (nothing changes).
@@ -39,6 +39,14 @@ UPDATE fenceq__jobs
        budget_expires_at = NULL, pid = NULL, cancel_requested = 0, result = NULL
   FROM temp.fenceq_letter AS l
  WHERE fenceq__jobs.job_id = l.job_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'replayed', NULL, NULL,
+       json_object('dlq_id', l.dlq_id),
+       l.now
+  FROM temp.fenceq_letter AS l JOIN fenceq__jobs AS j ON j.job_id = l.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 UPDATE fenceq__dead_letters SET replayed_at = l.now
   FROM temp.fenceq_letter AS l
  WHERE fenceq__dead_letters.dlq_id = l.dlq_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);

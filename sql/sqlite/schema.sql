@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 5.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 6.
 -- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
@@ -39,7 +39,13 @@ CREATE TABLE IF NOT EXISTS fenceq__queues (
     max_claimed_per_key INTEGER,
     rate_limit          INTEGER,
     rate_period         INTEGER,
-    notify_done         INTEGER NOT NULL DEFAULT 0
+    notify_done         INTEGER NOT NULL DEFAULT 0,
+    -- Added in version 6 (docs/design-v6.md): where a job requeued by reap
+    -- re-enters (keep, first, last), whether the queue's jobs write events,
+    -- and how long purge keeps them (microseconds; NULL: as long as the job).
+    requeue_priority    TEXT NOT NULL DEFAULT 'keep' CHECK (requeue_priority IN ('keep', 'first', 'last')),
+    history             INTEGER NOT NULL DEFAULT 0,
+    history_retention   INTEGER
 ) STRICT;
 
 -- Jobs: one row per job, carrying its current fence (owner_id, generation,
@@ -348,5 +354,59 @@ CREATE VIEW IF NOT EXISTS fenceq_dependencies AS
 SELECT d.job_id, d.depends_on, d.satisfied
   FROM fenceq__dependencies AS d;
 
+-- External execution (version 6, docs/design-v6.md): one row per job that
+-- reserved a dispatch. It is live while its job is claimed under the
+-- row's generation; the calls that end a claim leave the row (it stops
+-- being live), release_dispatch deletes it, a later claim's reservation
+-- overwrites it, purge deletes it with its job.
+CREATE TABLE IF NOT EXISTS fenceq__dispatches (
+    job_id          TEXT NOT NULL PRIMARY KEY,
+    backend         TEXT NOT NULL,
+    generation      INTEGER NOT NULL,
+    state           TEXT NOT NULL CHECK (state IN ('reserved', 'running')),
+    reservation_ref TEXT NOT NULL,
+    execution_ref   TEXT,
+    reserved_at     INTEGER NOT NULL,
+    finalized_at    INTEGER,
+    checked_at      INTEGER
+) STRICT, WITHOUT ROWID;
+
+CREATE VIEW IF NOT EXISTS fenceq_dispatches AS
+SELECT d.job_id, j.queue, d.backend, d.state, d.reservation_ref, d.execution_ref, j.owner_id, d.generation,
+       strftime('%Y-%m-%dT%H:%M:%S', j.lease_expires_at / 1000000 - (j.lease_expires_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (j.lease_expires_at % 1000000 + 1000000) % 1000000) AS lease_expires_at,
+       strftime('%Y-%m-%dT%H:%M:%S', d.checked_at / 1000000 - (d.checked_at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (d.checked_at % 1000000 + 1000000) % 1000000) AS checked_at
+  FROM fenceq__dispatches AS d JOIN fenceq__jobs AS j ON j.job_id = d.job_id
+ WHERE j.status = 'claimed' AND j.generation = d.generation;
+
+-- Job history (version 6): one row per transition of a job while its
+-- queue has history on, written in the transaction of the transition.
+-- seq (the rowid) orders a job's timeline; detail is a JSON object.
+CREATE TABLE IF NOT EXISTS fenceq__events (
+    seq        INTEGER PRIMARY KEY,
+    job_id     TEXT NOT NULL,
+    queue      TEXT NOT NULL,
+    at         INTEGER NOT NULL,
+    event      TEXT NOT NULL,
+    generation INTEGER,
+    owner_id   TEXT,
+    detail     TEXT NOT NULL
+) STRICT;
+-- A job's timeline (get_job_events), and purge with its job.
+CREATE INDEX IF NOT EXISTS fenceq__events_job_idx ON fenceq__events (job_id, seq);
+-- purge's retention, per queue, oldest first.
+CREATE INDEX IF NOT EXISTS fenceq__events_queue_at_idx ON fenceq__events (queue, at);
+
+CREATE VIEW IF NOT EXISTS fenceq_job_events AS
+SELECT e.job_id, e.seq,
+       strftime('%Y-%m-%dT%H:%M:%S', e.at / 1000000 - (e.at % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', (e.at % 1000000 + 1000000) % 1000000) AS at,
+       e.event, e.generation, e.owner_id, e.detail
+  FROM fenceq__events AS e;
+
 -- The schema version, read by version.sql.
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

@@ -10,7 +10,8 @@
 -- transaction. With depends_on the job waits until every job named there
 -- completed, and is inserted cancelled ('dependency_failed') when one of
 -- them already failed, was cancelled or expired (docs/guarantees.md §16).
--- A refused submission stores nothing.
+-- A refused submission stores nothing. Event submitted (not for a replay),
+-- and cancelled for each job this cancels.
 --
 -- Parameters: :queue, :task TEXT; :payload canonical JSON TEXT or NULL;
 -- :submission_id, :job_id (at most 36 characters), :active_key,
@@ -193,8 +194,27 @@ SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
  WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 -- force: the predecessor holding the active key is cancelled (its fence
 -- dies), and with it every job that depends on it, transitively, with
--- last_error 'dependency_failed' (one statement: the usual submit has no
--- predecessor, and pays for one).
+-- last_error 'dependency_failed'; their events first (reason replaced, or
+-- dependency_failed), while they are as they were. One statement each: the
+-- usual submit has no predecessor, and pays for one.
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                       CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       CASE WHEN j.job_id = t.holder THEN '{"reason":"replaced"}' ELSE '{"reason":"dependency_failed"}' END,
+       t.now
+  FROM temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status IN ('pending', 'claimed')
+       AND j.job_id IN (
+           WITH RECURSIVE down(job_id, depth) AS (
+               SELECT t.holder, 0 FROM temp.fenceq_submit_call AS t
+                WHERE t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
+               UNION
+               SELECT d.job_id, w.depth + 1
+                 FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+                WHERE w.depth <= 17)
+           SELECT w.job_id FROM down AS w);
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t),
        last_error = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN last_error
@@ -237,6 +257,22 @@ SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0)
                                                   + CAST(substr(:run_at, 21, 6) AS INTEGER)) > t.now, 0))
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
+-- Event submitted (also for a job stored cancelled: it never was anything
+-- else, as on PostgreSQL).
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
+       json_object('priority', j.priority, 'run_at', CASE WHEN j.blocked_run_at IS NULL
+           THEN strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                         'unixepoch')
+                || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000)
+           ELSE strftime('%Y-%m-%dT%H:%M:%S', j.blocked_run_at / 1000000 - (j.blocked_run_at % 1000000 < 0),
+                         'unixepoch')
+                || printf('.%06dZ', (j.blocked_run_at % 1000000 + 1000000) % 1000000) END),
+       t.now
+  FROM temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT DISTINCT d.value, t.job_id, j.status = 'completed'
   FROM temp.fenceq_submit_call AS t, json_each(CASE WHEN json_valid(:depends_on)

@@ -365,7 +365,19 @@ SELECT submission_id, fingerprint, new_job_id, :queue, now
   FROM temp.fenceq_submit_batch
  WHERE fresh AND submission_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY i;
--- force: the predecessors outside the batch holding a key are cancelled.
+-- force: the predecessors outside the batch holding a key are cancelled
+-- (their events first, while they are as they were).
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                       CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       '{"reason":"replaced"}',
+       (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
+  FROM fenceq__jobs AS j
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.queue = :queue AND j.status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+       AND j.active_key IN (SELECT b.active_key FROM temp.fenceq_submit_batch AS b
+                             WHERE b.fresh AND NOT coalesce(b.dependency_failed, 0));
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
  WHERE queue = :queue AND status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
@@ -392,6 +404,31 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
+-- Events submitted, then cancelled (reason replaced) for an element whose
+-- active key a later forced element took (one stored cancelled because a
+-- dependency failed was never anything else, as on PostgreSQL).
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
+       json_object('priority', j.priority, 'run_at', CASE WHEN j.blocked_run_at IS NULL
+           THEN strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                         'unixepoch')
+                || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000)
+           ELSE strftime('%Y-%m-%dT%H:%M:%S', j.blocked_run_at / 1000000 - (j.blocked_run_at % 1000000 < 0),
+                         'unixepoch')
+                || printf('.%06dZ', (j.blocked_run_at % 1000000 + 1000000) % 1000000) END),
+       b.now
+  FROM temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', NULL, NULL,
+       '{"reason":"replaced"}',
+       b.now
+  FROM temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND b.fresh AND b.cancelled AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT d.depends_on, b.new_job_id, coalesce(j.status = 'completed', 0)
   FROM temp.fenceq_submit_batch_deps AS d
@@ -400,12 +437,14 @@ SELECT d.depends_on, b.new_job_id, coalesce(j.status = 'completed', 0)
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- Jobs cancelled by this batch (forced predecessors, elements inserted
 -- cancelled) take the jobs that depend on them with them.
-UPDATE fenceq__jobs
-   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
-       finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
- WHERE status IN ('pending', 'claimed')
+CREATE TEMP TABLE IF NOT EXISTS fenceq_dependents (job_id TEXT PRIMARY KEY, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_dependents;
+INSERT INTO temp.fenceq_dependents (job_id, now)
+SELECT j.job_id, (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+  FROM fenceq__jobs AS j
+ WHERE j.status IN ('pending', 'claimed')
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
-   AND job_id IN (
+   AND j.job_id IN (
        WITH RECURSIVE down(job_id, depth) AS (
            SELECT d.job_id, 1
              FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
@@ -422,6 +461,20 @@ UPDATE fenceq__jobs
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
             WHERE w.depth <= 17)
        SELECT w.job_id FROM down AS w);
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
+                                       CASE WHEN j.status = 'claimed' THEN j.owner_id END,
+       '{"reason":"dependency_failed"}',
+       x.now
+  FROM temp.fenceq_dependents AS x JOIN fenceq__jobs AS j ON j.job_id = x.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.status IN ('pending', 'claimed');
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = x.now
+  FROM temp.fenceq_dependents AS x
+ WHERE fenceq__jobs.job_id = x.job_id;
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT json_group_array(a.job_id)

@@ -8,7 +8,7 @@
 -- under that id is not submitted again, and one whose active key is held by
 -- an active job (or by an earlier job of this call) is skipped, never
 -- forced. Then the schedule's next occurrence is the one the caller
--- computed. Returns the number of jobs submitted.
+-- computed. Returns the number of jobs submitted (event submitted for each).
 --
 -- Parameters: :max_rows INTEGER or NULL (100); :ticks TEXT, a JSON array
 -- with one object per row of tick_due.sql, read in this transaction:
@@ -150,6 +150,20 @@ SELECT t.job_id, s.queue, s.task, s.payload, coalesce(s.priority, 0), coalesce(s
   JOIN fenceq__queues AS q ON q.queue = s.queue
  WHERE t.action = 'new'
  ORDER BY t.ord;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
+       json_object('priority', j.priority, 'run_at', CASE WHEN j.blocked_run_at IS NULL
+           THEN strftime('%Y-%m-%dT%H:%M:%S', j.run_at / 1000000 - (j.run_at % 1000000 < 0),
+                         'unixepoch')
+                || printf('.%06dZ', (j.run_at % 1000000 + 1000000) % 1000000)
+           ELSE strftime('%Y-%m-%dT%H:%M:%S', j.blocked_run_at / 1000000 - (j.blocked_run_at % 1000000 < 0),
+                         'unixepoch')
+                || printf('.%06dZ', (j.blocked_run_at % 1000000 + 1000000) % 1000000) END),
+       t.now
+  FROM temp.fenceq_tick AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND t.action = 'new';
 UPDATE fenceq__schedules
    SET next_run_at = t.following,
        last_run_at = CASE WHEN t.action IN ('new', 'replay') THEN t.occurrence ELSE last_run_at END,

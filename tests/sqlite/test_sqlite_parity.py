@@ -196,7 +196,8 @@ def run_file(path: str, name: str, params: dict) -> list[dict]:
 def test_submit_batch_reads_timestamps_with_offsets_as_postgresql_does(sqlite_db):
     path = fenceq.backends.sqlite.database_path(sqlite_db.url)
     assert run_file(path, "create_queue", dict.fromkeys(
-        ["queue", "lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter"])
+        ["queue", "lease", "max_attempts", "backoff_base", "backoff_factor", "backoff_max", "dead_letter",
+         "requeue_priority"])
         | {"queue": "q"})[0]["value"] == 1
     spellings = ["2024-05-01T12:00:00+02:00", "2024-05-01 10:00Z", "2024-05-01T10:00:00.5z",
                  "2024-05-01T13:30:00.000001+0330", "2024-05-01T05:00:00-05"]

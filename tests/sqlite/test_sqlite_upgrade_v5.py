@@ -22,7 +22,7 @@ import pytest
 
 import fenceq
 from fenceq.migrate import migrate, rollback
-from helpers import released_package
+from helpers import released_package, schema_version, steps_above
 
 ROOT = Path(__file__).resolve().parents[2]
 # The last commit whose SQLite statement files were version 4's.
@@ -96,7 +96,7 @@ def test_4_to_5_to_4_to_5_moves_waiting_jobs_apart_and_restores_v4_exactly(tmp_p
     assert all(check.ok for check in migrate(url))
     assert flags(path) == {due: 0, later: 1, child: 1, retried: 1}
     with fenceq.connect(url) as client:
-        assert client.version() == "5"
+        assert client.version() == schema_version("sqlite")
         assert client.heartbeat(live), "a v4 claim stays live under v5"
         assert client.next_due(["q"]) == client.get_job(due).run_at
         assert client.complete(fenceq.Fence(**made["parent"]))  # frees the child, due now: ready
@@ -104,14 +104,14 @@ def test_4_to_5_to_4_to_5_moves_waiting_jobs_apart_and_restores_v4_exactly(tmp_p
         order = [client.claim_next(["q"], "w", fenceq.new_claim_token()) for _ in range(3)]
         assert [c and c.job_id for c in order] == [due, child, None], "the later and backing-off jobs wait"
 
-    assert rollback(url, to_version=4) == ["0005_fenceq_v5"]
+    assert rollback(url, to_version=4) == steps_above("sqlite", 4)
     assert master_rows(path) == v4_rows, "version 4's table, indexes and views, exactly as the released steps made them"
     checked = run_v4(v4_package, "check", url, json.dumps(made))  # version 4's own statement files
     assert datetime.fromisoformat(checked["next_due"]) == later_at
 
     assert all(check.ok for check in migrate(url))
     with fenceq.connect(url) as client:
-        assert client.version() == "5"
+        assert client.version() == schema_version("sqlite")
         assert client.submit("q", "later", submission_id="s-later", run_at=later_at) == later, "its identity replays"
         assert client.get_job(later).status == "pending"
         assert client.claim_next(["q"], "w", fenceq.new_claim_token()) is None, "not claimed before its run_at"

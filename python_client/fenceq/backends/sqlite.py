@@ -36,7 +36,7 @@ from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, co
 from .results import Kind, answer
 from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -626,7 +626,8 @@ EXPECTED_COLUMNS = {
         "notify": ("INTEGER", True), "created_at": ("INTEGER", True),
         "max_claimed": ("INTEGER", False), "max_claimed_per_key": ("INTEGER", False),
         "rate_limit": ("INTEGER", False), "rate_period": ("INTEGER", False),
-        "notify_done": ("INTEGER", True)},
+        "notify_done": ("INTEGER", True),
+        "requeue_priority": ("TEXT", True), "history": ("INTEGER", True), "history_retention": ("INTEGER", False)},
     "fenceq__jobs": {
         "seq": ("INTEGER", False), "job_id": ("TEXT", True), "queue": ("TEXT", True),
         "task": ("TEXT", True), "payload": ("TEXT", False), "priority": ("INTEGER", True),
@@ -675,6 +676,17 @@ TABLES += ("fenceq__dependencies",)
 EXPECTED_COLUMNS["fenceq__dependencies"] = {
     "depends_on": ("TEXT", True), "job_id": ("TEXT", True), "satisfied": ("INTEGER", True)}
 
+# External execution and job history (version 6, docs/design-v6.md).
+TABLES += ("fenceq__dispatches", "fenceq__events")
+EXPECTED_COLUMNS["fenceq__dispatches"] = {
+    "job_id": ("TEXT", True), "backend": ("TEXT", True), "generation": ("INTEGER", True),
+    "state": ("TEXT", True), "reservation_ref": ("TEXT", True), "execution_ref": ("TEXT", False),
+    "reserved_at": ("INTEGER", True), "finalized_at": ("INTEGER", False), "checked_at": ("INTEGER", False)}
+EXPECTED_COLUMNS["fenceq__events"] = {
+    "seq": ("INTEGER", False), "job_id": ("TEXT", True), "queue": ("TEXT", True), "at": ("INTEGER", True),
+    "event": ("TEXT", True), "generation": ("INTEGER", False), "owner_id": ("TEXT", False),
+    "detail": ("TEXT", True)}
+
 # The only defaults allowed: none may manufacture identity or a state.
 EXPECTED_DEFAULTS = {
     ("fenceq__jobs", "status"): "'pending'", ("fenceq__jobs", "attempts"): "0",
@@ -682,6 +694,7 @@ EXPECTED_DEFAULTS = {
     ("fenceq__jobs", "scheduled"): "0",
     ("fenceq__queues", "paused"): "0", ("fenceq__queues", "notify"): "1",
     ("fenceq__queues", "notify_done"): "0",
+    ("fenceq__queues", "requeue_priority"): "'keep'", ("fenceq__queues", "history"): "0",
 }
 
 # Identity is arbitrated by exact, full, single-column unique indexes.

@@ -5,7 +5,8 @@
 --
 -- Parameters: :queue TEXT; :lease, :backoff_base, :backoff_max INTEGER
 -- microseconds; :max_attempts INTEGER; :backoff_factor REAL; :dead_letter
--- INTEGER 0/1 (each NULL = unchanged).
+-- INTEGER 0/1; :requeue_priority TEXT keep, first or last (each NULL =
+-- unchanged).
 -- Result: one row (sqlstate, message, detail, value NULL).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 {{error_table}}
@@ -29,7 +30,8 @@ UPDATE fenceq__queues
        backoff_base = coalesce(:backoff_base, backoff_base),
        backoff_factor = coalesce(:backoff_factor, backoff_factor),
        backoff_max = coalesce(:backoff_max, backoff_max),
-       dead_letter = coalesce(:dead_letter, dead_letter)
+       dead_letter = coalesce(:dead_letter, dead_letter),
+       requeue_priority = coalesce(:requeue_priority, requeue_priority)
  WHERE queue = :queue AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN NULL END AS value

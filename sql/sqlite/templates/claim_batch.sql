@@ -25,9 +25,11 @@
 -- merged. A claim time beyond year 9999 raises 22008 (PostgreSQL:
 -- timestamp out of range).
 {{error_table}}
+-- The claims to make: job, token, generation before, lease, the queue's
+-- history flag and the clock reading.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
-    lease INTEGER NOT NULL, now INTEGER NOT NULL);
+    lease INTEGER NOT NULL, history INTEGER NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_claim;
 -- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
 -- and the claim use the same reading, so a job due by it is claimable.
@@ -81,8 +83,8 @@ WITH clock(now) AS MATERIALIZED (
         {{queue_heads(coalesce(json_array_length({{as_json_array(:claim_tokens)}}), 0), {{as_json_array(:queues)}})}}),
      tokens AS MATERIALIZED (
         SELECT t.key + 1 AS ord, t.value AS token FROM json_each({{as_json_array(:claim_tokens)}}) AS t)
-INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, now)
-SELECT c.ord, c.seq, t.token, c.generation, coalesce(:lease, c.queue_lease), clock.now
+INSERT INTO temp.fenceq_claim (ord, seq, token, generation, lease, history, now)
+SELECT c.ord, c.seq, t.token, c.generation, coalesce(:lease, c.queue_lease), c.history, clock.now
   FROM (SELECT row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.seq) AS ord, h.*
           FROM heads AS h) AS c
   JOIN tokens AS t ON t.ord = c.ord
@@ -115,6 +117,7 @@ SELECT c.token, j.job_id, j.generation, :owner_id, c.now
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 {{record_rate_window((SELECT c.seq, c.token, c.now FROM temp.fenceq_claim AS c
                        WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)))}}
+{{claimed_events(temp.fenceq_claim, NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
        generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
        checkpoints

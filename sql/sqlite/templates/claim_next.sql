@@ -28,10 +28,11 @@
 -- One scratch row per connection (temp.fenceq_claim_next, overwritten by
 -- each call): the clock reading, then the first failing check in this
 -- order (sqlstate, message), else the chosen job (seq, its generation, the
--- lease). The writes are guarded by its sqlstate being NULL.
+-- lease, its queue's history flag). The writes are guarded by its sqlstate
+-- being NULL.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_next (
     id INTEGER PRIMARY KEY CHECK (id = 1), sqlstate TEXT, message TEXT,
-    seq INTEGER, generation INTEGER, lease INTEGER, now INTEGER NOT NULL);
+    seq INTEGER, generation INTEGER, lease INTEGER, history INTEGER, now INTEGER NOT NULL);
 -- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
 -- and the claim use the same reading, so a job due by it is claimable.
 INSERT OR REPLACE INTO temp.fenceq_claim_next (id, now)
@@ -70,12 +71,12 @@ WITH clock(now) AS MATERIALIZED (
      heads AS (
         {{queue_heads(1, (SELECT d.doc FROM doc AS d))}}),
      head AS (
-        SELECT h.seq, h.generation, coalesce(:lease, h.queue_lease) AS lease
+        SELECT h.seq, h.generation, coalesce(:lease, h.queue_lease) AS lease, h.history
           FROM heads AS h
          WHERE (SELECT e.error IS NULL FROM e)
          ORDER BY h.priority DESC, h.run_at, h.seq
          LIMIT 1),
-     decision(error, seq, generation, lease, now) AS (
+     decision(error, seq, generation, lease, history, now) AS (
         SELECT coalesce(e.error, CASE
                  WHEN h.generation >= 9223372036854775807
                       THEN 'QF303 fenceq: the job''s generation is exhausted'
@@ -83,11 +84,11 @@ WITH clock(now) AS MATERIALIZED (
                                              OR coalesce(:budget, 0) > 253402300799999999 - clock.now)
                       THEN '22008 fenceq: the lease or budget ends after year 9999'
                  END),
-               h.seq, h.generation, h.lease, clock.now
+               h.seq, h.generation, h.lease, h.history, clock.now
           FROM clock JOIN e LEFT JOIN head AS h)
-INSERT OR REPLACE INTO temp.fenceq_claim_next (id, sqlstate, message, seq, generation, lease, now)
+INSERT OR REPLACE INTO temp.fenceq_claim_next (id, sqlstate, message, seq, generation, lease, history, now)
 SELECT 1, substr(x.error, 1, 5), substr(x.error, 7), CASE WHEN x.error IS NULL THEN x.seq END,
-       x.generation, x.lease, x.now
+       x.generation, x.lease, x.history, x.now
   FROM decision AS x;
 UPDATE fenceq__jobs
    SET {{claimed_by(:claim_token)}}
@@ -103,6 +104,7 @@ SELECT :claim_token, j.job_id, j.generation, :owner_id, c.now
    AND j.owner_id IS :owner_id AND j.claim_token IS :claim_token AND j.generation IS c.generation + 1;
 {{record_rate_window((SELECT c.seq, :claim_token AS token, c.now FROM temp.fenceq_claim_next AS c
                        WHERE c.sqlstate IS NULL))}}
+{{claimed_events(temp.fenceq_claim_next, c.sqlstate IS NULL)}}
 SELECT c.sqlstate, c.message, NULL AS detail,
        {{claim_nulls}}
   FROM temp.fenceq_claim_next AS c

@@ -1,7 +1,9 @@
 -- fenceq for SQLite: complete -- record success for a live claim.
 --
 -- True once; false for a stale, expired, terminal or cancel-requested
--- fence. QF106 for a malformed fence, QF103 for a bad result.
+-- fence. QF106 for a malformed fence, QF103 for a bad result. A dispatch
+-- the claim had ends with it. Events completed, and unblocked for each
+-- dependent it frees.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :result canonical JSON
@@ -29,6 +31,7 @@ UPDATE fenceq__jobs
    AND {{optional_within_1_mib(:result)}};
 INSERT OR REPLACE INTO temp.fenceq_complete_call (id, changed) VALUES (1, changes());
 {{release_dependents(:job_id, 1)}}
+{{completed_events(SELECT :job_id FROM temp.fenceq_complete_call AS c WHERE c.changed > 0)}}
 -- The answer: the first failing check (in this order), else whether the
 -- write above happened.
 SELECT substr(e.error, 1, 5) AS sqlstate, substr(e.error, 7) AS message, NULL AS detail,

@@ -66,6 +66,9 @@ UPDATE fenceq__jobs
     SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
      WHERE b.answer,
     NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
+{{completed_events(
+    SELECT j.job_id FROM temp.fenceq_complete_batch AS b JOIN fenceq__jobs AS j ON j.seq = b.seq
+     WHERE b.answer AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL
             THEN (SELECT {{json_boolean_array(b.answer)}}

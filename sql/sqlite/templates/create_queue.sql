@@ -6,7 +6,9 @@
 -- Parameters: :queue TEXT; :lease INTEGER microseconds (default 30 s);
 -- :max_attempts INTEGER (default 5); :backoff_base INTEGER microseconds
 -- (default 1 s); :backoff_factor REAL (default 2); :backoff_max INTEGER
--- microseconds (default 1 h); :dead_letter INTEGER 0/1 (default 1).
+-- microseconds (default 1 h); :dead_letter INTEGER 0/1 (default 1);
+-- :requeue_priority TEXT keep, first or last (default keep: where reap
+-- requeues a job whose lease lapsed).
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
@@ -37,11 +39,13 @@ SELECT 'QF100', 'fenceq: the queue exists with other settings; use alter_queue'
             AND q.backoff_base = coalesce(:backoff_base, 1000000)
             AND q.backoff_factor = coalesce(:backoff_factor, 2.0)
             AND q.backoff_max = coalesce(:backoff_max, 3600000000)
-            AND q.dead_letter = coalesce(:dead_letter, 1));
+            AND q.dead_letter = coalesce(:dead_letter, 1)
+            AND q.requeue_priority = coalesce(:requeue_priority, 'keep'));
 INSERT INTO fenceq__queues (queue, lease, max_attempts, backoff_base, backoff_factor, backoff_max,
-                            dead_letter, created_at)
+                            dead_letter, requeue_priority, created_at)
 SELECT :queue, coalesce(:lease, 30000000), coalesce(:max_attempts, 5), coalesce(:backoff_base, 1000000),
        coalesce(:backoff_factor, 2.0), coalesce(:backoff_max, 3600000000), coalesce(:dead_letter, 1),
+       coalesce(:requeue_priority, 'keep'),
        {{now}}
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
    AND NOT (SELECT existed FROM temp.fenceq_create_queue);

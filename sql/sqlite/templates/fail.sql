@@ -6,6 +6,8 @@
 -- letter written in the same transaction when the queue keeps them. The
 -- job keeps the error (its first 65,536 characters) as last_error. True
 -- once; false for a stale, expired, terminal or cancel-requested fence.
+-- Events retried or failed (+ dead_lettered); a dispatch the claim had
+-- ends with it.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :error TEXT; :retry
@@ -66,6 +68,7 @@ UPDATE fenceq__jobs
   FROM temp.fenceq_retry AS r
  WHERE fenceq__jobs.seq = r.seq AND NOT r.requeue AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 {{dead_letters_from(temp.fenceq_retry)}}
+{{failed_events(temp.fenceq_retry, r.requeue, :error, {{by(:generation, :owner_id)}})}}
 -- A job that failed for good takes its dependents with it.
 {{cancel_dependents(
     SELECT j.job_id FROM temp.fenceq_retry AS r JOIN fenceq__jobs AS j ON j.seq = r.seq

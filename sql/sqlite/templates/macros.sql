@@ -120,8 +120,8 @@ instr(replace($json, '\\', ''), '\u0000') = 0
 
 -- macro: queue_setting_checks
 -- The checks of the settings a caller passes to create_queue or alter_queue,
--- as branches of a ranked UNION ALL (ranks 3 to 7; each file ranks its own
--- checks around them).
+-- as branches of a ranked UNION ALL (ranks 3 to 7 and 10; each file ranks
+-- its own checks around them).
 UNION ALL SELECT 3, 'QF105', 'fenceq: lease must be positive'
  WHERE NOT {{optional_integer(:lease, > 0)}}
 UNION ALL SELECT 4, 'QF105', 'fenceq: backoff_base must not be negative'
@@ -133,6 +133,8 @@ UNION ALL SELECT 6, 'QF104', 'fenceq: max_attempts must be a positive integer'
 UNION ALL SELECT 7, 'QF104', 'fenceq: backoff_factor must be finite and at least 1'
  WHERE NOT (:backoff_factor IS NULL OR (typeof(:backoff_factor) IN ('integer', 'real')
             AND :backoff_factor BETWEEN 1 AND 1.7976931348623157e308))
+UNION ALL SELECT 10, 'QF100', 'fenceq: requeue_priority must be keep, first or last'
+ WHERE NOT coalesce(:requeue_priority IN ('keep', 'first', 'last'), 1)
 
 -- Statements -------------------------------------------------------------------
 
@@ -190,7 +192,17 @@ CASE WHEN $job.status = 'pending' OR ($job.status = 'claimed' AND $force) THEN '
 
 -- macro: cancel_writes
 -- Apply the answers of temp.fenceq_cancel; the jobs cancelled take their
--- dependents with them.
+-- dependents with them. Events first, while the jobs are as they were:
+-- cancelled (reason cancel, or force for a claimed job), or
+-- cancel_requested unless it was requested already.
+{{history_event(
+    temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq,
+    j.status IN ('pending', 'claimed') AND NOT (c.answer = 'cancel_requested' AND j.cancel_requested)
+    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    c.answer, {{claim_of(j)}},
+    CASE WHEN c.answer = 'cancel_requested' THEN '{}'
+         WHEN j.status = 'claimed' THEN '{"reason":"force"}' ELSE '{"reason":"cancel"}' END,
+    c.now)}}
 UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
@@ -211,6 +223,29 @@ INSERT INTO fenceq__dead_letters (dlq_id, job_id, queue, task, error, attempts, 
 SELECT r.dlq_id, j.job_id, j.queue, j.task, j.last_error, j.attempts, r.now
   FROM $scratch AS r JOIN fenceq__jobs AS j ON j.seq = r.seq
  WHERE r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: failed_events(scratch, retried, error, by)
+-- The events of the jobs of $scratch r (its seq, dlq_id, now) that a fail
+-- or reap just wrote: retried (error and retry time) when $retried, else
+-- failed (error), then dead_lettered when a letter was written. $error is
+-- the error text, $by the fence.
+{{history_event(
+    $scratch AS r
+    JOIN fenceq__jobs AS j ON j.seq = r.seq,
+    NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    CASE WHEN $retried THEN 'retried' ELSE 'failed' END, $by,
+    CASE WHEN $retried
+         THEN json_object('error', substr($error, 1, 2000), 'retry_at',
+                          {{micros_utc_text(j.run_at)}})
+         ELSE json_object('error', substr($error, 1, 2000)) END,
+    r.now)}}
+{{history_event(
+    $scratch AS r
+    JOIN fenceq__jobs AS j ON j.seq = r.seq,
+    r.dlq_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    'dead_lettered', $by,
+    json_object('dlq_id', r.dlq_id),
+    r.now)}}
 
 -- macro: dead_letter_check
 -- temp.fenceq_letter (the letter to handle), and QF102 unless :dlq_id is
@@ -353,8 +388,9 @@ UPDATE fenceq__jobs
 -- claims in the last rate_period, and per concurrency_key at most
 -- max_claimed_per_key minus the key's claimed jobs (a key at its limit is
 -- passed over for the next job of another key). Writers are serialised, so
--- the counts are exact.
-SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+-- the counts are exact. Each head carries its queue's history flag, so the
+-- claim's event costs no further read when history is off.
+SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease, q.history
   FROM fenceq__queues AS q
   JOIN clock
   JOIN fenceq__jobs AS j ON j.seq IN (
@@ -366,7 +402,7 @@ SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
  WHERE q.queue IN (SELECT a.value FROM json_each($queues) AS a) AND NOT q.paused
    AND q.max_claimed IS NULL AND q.max_claimed_per_key IS NULL AND q.rate_limit IS NULL
 UNION ALL
-SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease
+SELECT j.seq, j.priority, j.run_at, j.generation, q.lease AS queue_lease, q.history
   FROM fenceq__queues AS q
   JOIN clock
   JOIN fenceq__jobs AS j ON j.seq IN (
@@ -420,6 +456,15 @@ lease_expires_at = CASE WHEN :budget IS NULL THEN c.now + c.lease
 budget_expires_at = c.now + :budget,
 cancel_requested = 0,
 pid = NULL
+
+-- macro: claimed_events(scratch, guard)
+-- Event claimed for each job of the scratch table $scratch (seq, now and
+-- the queue's history flag, read with the claim's head) when $guard holds:
+-- with history off nothing is read but the scratch row.
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'claimed', j.generation, j.owner_id, json_object('attempt', j.attempts), c.now
+  FROM $scratch AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+ WHERE c.history AND $guard;
 
 -- macro: claim_nulls
 -- The claim columns of an error row.
@@ -547,18 +592,45 @@ UPDATE fenceq__dependencies SET satisfied = 1
               $completed))
    AND $guard;
 
+-- macro: completed_events(completed)
+-- Events completed for the jobs of $completed (a SELECT of the job ids this
+-- call completed), then unblocked for each dependent they freed: once they
+-- are counted off (release_dependents), a pending dependent of a job just
+-- completed with none left was freed by this call, since that job's edge
+-- counted until now. One statement; with history off it reads each job's
+-- queue flag and the (usually empty) list of its dependents.
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'completed', j.generation, j.owner_id, '{}', j.finished_at
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND j.job_id IN (
+       $completed)
+UNION ALL
+SELECT j.job_id, j.queue, 'unblocked', NULL, NULL, '{}',
+       {{now}}
+  FROM fenceq__jobs AS j JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history AND j.status = 'pending' AND j.blocked_by IS NULL
+   AND j.job_id IN (
+       SELECT d.job_id FROM fenceq__dependencies AS d
+        WHERE d.depends_on IN (
+              $completed));
+
 -- macro: cancel_dependents(ended, guard)
 -- Every pending or claimed job that depends, transitively, on a job of
 -- $ended (a SELECT of job ids) that ended failed, cancelled or expired is
--- cancelled with last_error 'dependency_failed'; a claimed one's fence
--- dies. Idempotent, like release_dependents. Bounded: chains are at most
--- 16 deep (the walk stops past 17) and a job has at most 1000 dependents.
-UPDATE fenceq__jobs
-   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
-       finished_at = {{now}}
- WHERE status IN ('pending', 'claimed')
+-- cancelled with last_error 'dependency_failed' (event cancelled, reason
+-- dependency_failed); a claimed one's fence dies. Idempotent, like
+-- release_dependents. Bounded: chains are at most 16 deep (the walk stops
+-- past 17) and a job has at most 1000 dependents. The jobs are chosen into
+-- temp.fenceq_dependents first, so that their events name what they were.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_dependents (job_id TEXT PRIMARY KEY, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_dependents;
+INSERT INTO temp.fenceq_dependents (job_id, now)
+SELECT j.job_id, {{now}}
+  FROM fenceq__jobs AS j
+ WHERE j.status IN ('pending', 'claimed')
    AND $guard
-   AND job_id IN (
+   AND j.job_id IN (
        WITH RECURSIVE down(job_id, depth) AS (
            SELECT d.job_id, 1
              FROM fenceq__dependencies AS d JOIN fenceq__jobs AS f ON f.job_id = d.depends_on
@@ -570,3 +642,109 @@ UPDATE fenceq__jobs
              FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
             WHERE w.depth <= 17)
        SELECT w.job_id FROM down AS w);
+{{history_event(
+    temp.fenceq_dependents AS x JOIN fenceq__jobs AS j ON j.job_id = x.job_id,
+    j.status IN ('pending', 'claimed'),
+    'cancelled', {{claim_of(j)}},
+    '{"reason":"dependency_failed"}',
+    x.now)}}
+UPDATE fenceq__jobs
+   SET status = 'cancelled', last_error = 'dependency_failed', lease_expires_at = NULL, pid = NULL,
+       finished_at = x.now
+  FROM temp.fenceq_dependents AS x
+ WHERE fenceq__jobs.job_id = x.job_id;
+
+-- External execution (reserve_dispatch ... dispatch_repair_candidates) --------
+
+-- macro: first_failing(cases)
+-- Record the first failing check of $cases (WHEN branches of a CASE, each
+-- answering 'QFnnn message'), unless a check failed before.
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT substr(c.error, 1, 5), substr(c.error, 7)
+  FROM (SELECT CASE
+               $cases
+               END AS error) AS c
+ WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: name_check(name, longest)
+-- QF102 unless :$name is a name of 1 to $longest characters: a WHEN branch.
+WHEN NOT {{identifier(:$name, $longest)}}
+     THEN 'QF102 fenceq: $name must be 1 to $longest characters'
+
+-- macro: live_dispatch
+-- temp.fenceq_dispatch: the claim's live dispatch (its job is claimed under
+-- the row's generation), one row when the fence is live and has one, else
+-- none. Read after fence_decision, on the same clock reading.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_dispatch (
+    backend TEXT NOT NULL, state TEXT NOT NULL, reservation_ref TEXT NOT NULL, execution_ref TEXT);
+DELETE FROM temp.fenceq_dispatch;
+INSERT INTO temp.fenceq_dispatch (backend, state, reservation_ref, execution_ref)
+SELECT d.backend, d.state, d.reservation_ref, d.execution_ref
+  FROM temp.fenceq_fence AS f
+  JOIN fenceq__dispatches AS d ON d.job_id = :job_id AND d.generation = :generation
+ WHERE f.live AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+
+-- macro: dispatch_event(event, condition, detail)
+-- The event $event of the fence's job when $condition holds (it reads
+-- temp.fenceq_dispatch d) and its queue keeps history.
+{{history_event(
+    temp.fenceq_fence AS f JOIN temp.fenceq_dispatch AS d JOIN fenceq__jobs AS j ON j.seq = f.seq,
+    $condition
+    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    '$event', {{by(:generation, :owner_id)}},
+    $detail,
+    f.now)}}
+
+-- macro: fence_answer(value)
+-- The result row of a fenced call: the error, else $value (it may read
+-- temp.fenceq_fence f and temp.fenceq_dispatch).
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL
+            THEN (SELECT $value
+                    FROM temp.fenceq_fence AS f) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
+
+-- History (version 6, docs/design-v6.md) -------------------------------------
+
+-- macro: claim_of(job)
+-- An event's generation and owner_id for job $job before the transition:
+-- its claim's while claimed, else NULL (an unclaimed job has no fence).
+CASE WHEN $job.status = 'claimed' THEN $job.generation END,
+CASE WHEN $job.status = 'claimed' THEN $job.owner_id END
+
+-- macro: by(generation, owner_id)
+-- An event's generation and owner_id (one argument of history_event).
+$generation, $owner_id
+
+-- macro: forced_out
+-- submit: the job that holds the active key a forced submission takes
+-- over, and every job that depends on it, transitively (job ids).
+WITH RECURSIVE down(job_id, depth) AS (
+    SELECT t.holder, 0 FROM temp.fenceq_submit_call AS t
+     WHERE t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
+    UNION
+    SELECT d.job_id, w.depth + 1
+      FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
+     WHERE w.depth <= 17)
+SELECT w.job_id FROM down AS w
+
+-- macro: submitted_detail(job)
+-- The detail of event submitted: the job's priority and the run_at it
+-- asked for (also while it waits on dependencies).
+json_object('priority', $job.priority, 'run_at', CASE WHEN $job.blocked_run_at IS NULL
+    THEN {{micros_utc_text($job.run_at)}}
+    ELSE {{micros_utc_text($job.blocked_run_at)}} END)
+
+-- macro: history_event(rows, condition, event, by, detail, at)
+-- One event per row of $rows (a FROM list that names the job j) for which
+-- $condition holds, written only when the job's queue has history on: with
+-- history off the statement reads the queue's flag and writes nothing.
+-- $by gives the event's generation and owner_id (by or claim_of).
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, $event, $by,
+       $detail,
+       $at
+  FROM $rows
+  JOIN fenceq__queues AS q ON q.queue = j.queue
+ WHERE q.history
+   AND $condition;

@@ -1,7 +1,7 @@
 -- fenceq for SQLite: replay_dead_letter -- a dead-lettered job back to pending.
 --
 -- The job gets a fresh attempt budget; its submission identity and
--- generation history are kept. Returns the job id; NULL for an unknown or
+-- generation history are kept (event replayed). Returns the job id; NULL for an unknown or
 -- already handled letter. QF102 unless dlq_id is 32 lowercase hex
 -- characters; QF202 when another active job now holds the job's active key
 -- (nothing changes).
@@ -30,6 +30,12 @@ UPDATE fenceq__jobs
        {{cleared_claim}}, cancel_requested = 0, result = NULL
   FROM temp.fenceq_letter AS l
  WHERE fenceq__jobs.job_id = l.job_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+{{history_event(
+    temp.fenceq_letter AS l JOIN fenceq__jobs AS j ON j.job_id = l.job_id,
+    NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    'replayed', {{by(NULL, NULL)}},
+    json_object('dlq_id', l.dlq_id),
+    l.now)}}
 UPDATE fenceq__dead_letters SET replayed_at = l.now
   FROM temp.fenceq_letter AS l
  WHERE fenceq__dead_letters.dlq_id = l.dlq_id AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);

@@ -9,7 +9,8 @@
 -- transaction. With depends_on the job waits until every job named there
 -- completed, and is inserted cancelled ('dependency_failed') when one of
 -- them already failed, was cancelled or expired (docs/guarantees.md §16).
--- A refused submission stores nothing.
+-- A refused submission stores nothing. Event submitted (not for a replay),
+-- and cancelled for each job this cancels.
 --
 -- Parameters: :queue, :task TEXT; :payload canonical JSON TEXT or NULL;
 -- :submission_id, :job_id (at most 36 characters), :active_key,
@@ -144,8 +145,17 @@ SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
  WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 -- force: the predecessor holding the active key is cancelled (its fence
 -- dies), and with it every job that depends on it, transitively, with
--- last_error 'dependency_failed' (one statement: the usual submit has no
--- predecessor, and pays for one).
+-- last_error 'dependency_failed'; their events first (reason replaced, or
+-- dependency_failed), while they are as they were. One statement each: the
+-- usual submit has no predecessor, and pays for one.
+{{history_event(
+    temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j,
+    j.status IN ('pending', 'claimed')
+    AND j.job_id IN (
+        {{forced_out}}),
+    'cancelled', {{claim_of(j)}},
+    CASE WHEN j.job_id = t.holder THEN '{"reason":"replaced"}' ELSE '{"reason":"dependency_failed"}' END,
+    t.now)}}
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t),
        last_error = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN last_error
@@ -155,14 +165,7 @@ UPDATE fenceq__jobs
        pid = CASE WHEN job_id = (SELECT t.holder FROM temp.fenceq_submit_call AS t) THEN pid END
  WHERE status IN ('pending', 'claimed')
    AND job_id IN (
-       WITH RECURSIVE down(job_id, depth) AS (
-           SELECT t.holder, 0 FROM temp.fenceq_submit_call AS t
-            WHERE t.holder IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL
-           UNION
-           SELECT d.job_id, w.depth + 1
-             FROM down AS w JOIN fenceq__dependencies AS d ON d.depends_on = w.job_id
-            WHERE w.depth <= 17)
-       SELECT w.job_id FROM down AS w);
+       {{forced_out}});
 INSERT INTO fenceq__jobs (job_id, queue, task, payload, priority, status, max_attempts, run_at, expires_at,
                           submission_id, fingerprint, active_key, created_at, concurrency_key,
                           blocked_by, blocked_run_at, last_error, finished_at, scheduled)
@@ -184,6 +187,14 @@ SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0)
        AND (t.blocked_by IS NOT NULL OR coalesce({{utc_text_micros(:run_at)}} > t.now, 0))
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
+-- Event submitted (also for a job stored cancelled: it never was anything
+-- else, as on PostgreSQL).
+{{history_event(
+    temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id,
+    t.sqlstate IS NULL AND t.replay_job_id IS NULL,
+    'submitted', {{by(NULL, NULL)}},
+    {{submitted_detail(j)}},
+    t.now)}}
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT DISTINCT d.value, t.job_id, j.status = 'completed'
   FROM temp.fenceq_submit_call AS t, json_each({{as_json_array(:depends_on)}}) AS d

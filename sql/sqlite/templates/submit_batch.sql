@@ -342,7 +342,15 @@ SELECT submission_id, fingerprint, new_job_id, :queue, now
   FROM temp.fenceq_submit_batch
  WHERE fresh AND submission_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY i;
--- force: the predecessors outside the batch holding a key are cancelled.
+-- force: the predecessors outside the batch holding a key are cancelled
+-- (their events first, while they are as they were).
+{{history_event(
+    fenceq__jobs AS j,
+    j.queue = :queue AND j.status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+    AND j.active_key IN (SELECT b.active_key FROM temp.fenceq_submit_batch AS b
+                          WHERE b.fresh AND NOT coalesce(b.dependency_failed, 0)),
+    'cancelled', {{claim_of(j)}}, '{"reason":"replaced"}',
+    (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b))}}
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
  WHERE queue = :queue AND status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
@@ -369,6 +377,20 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
+-- Events submitted, then cancelled (reason replaced) for an element whose
+-- active key a later forced element took (one stored cancelled because a
+-- dependency failed was never anything else, as on PostgreSQL).
+{{history_event(
+    temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id,
+    b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    'submitted', {{by(NULL, NULL)}},
+    {{submitted_detail(j)}},
+    b.now)}}
+{{history_event(
+    temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id,
+    b.fresh AND b.cancelled AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    'cancelled', {{by(NULL, NULL)}}, '{"reason":"replaced"}',
+    b.now)}}
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT d.depends_on, b.new_job_id, coalesce(j.status = 'completed', 0)
   FROM temp.fenceq_submit_batch_deps AS d

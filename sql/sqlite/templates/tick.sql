@@ -7,7 +7,7 @@
 -- under that id is not submitted again, and one whose active key is held by
 -- an active job (or by an earlier job of this call) is skipped, never
 -- forced. Then the schedule's next occurrence is the one the caller
--- computed. Returns the number of jobs submitted.
+-- computed. Returns the number of jobs submitted (event submitted for each).
 --
 -- Parameters: :max_rows INTEGER or NULL (100); :ticks TEXT, a JSON array
 -- with one object per row of tick_due.sql, read in this transaction:
@@ -110,6 +110,12 @@ SELECT t.job_id, s.queue, s.task, s.payload, coalesce(s.priority, 0), coalesce(s
   JOIN fenceq__queues AS q ON q.queue = s.queue
  WHERE t.action = 'new'
  ORDER BY t.ord;
+{{history_event(
+    temp.fenceq_tick AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id,
+    t.action = 'new',
+    'submitted', {{by(NULL, NULL)}},
+    {{submitted_detail(j)}},
+    t.now)}}
 UPDATE fenceq__schedules
    SET next_run_at = t.following,
        last_run_at = CASE WHEN t.action IN ('new', 'replay') THEN t.occurrence ELSE last_run_at END,
