@@ -1204,7 +1204,8 @@ COMMENT ON FUNCTION fenceq.acknowledge_cancel(text, text, bigint, text) IS
 -- queue's requeue_priority: NULL for 'keep' (the back-off, as a fail);
 -- 'first': at once, ahead of every pending job of its queue and priority;
 -- 'last': after the back-off and behind every job of its queue and priority
--- pending now, due later included. The priority never changes, so a job
+-- pending now, due later included (not those waiting on dependencies: they
+-- have no due time until they are freed). The priority never changes, so a job
 -- never passes one of a higher priority.
 CREATE OR REPLACE FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamptz)
 RETURNS timestamptz
@@ -1242,6 +1243,7 @@ BEGIN
             (SELECT j.run_at FROM fenceq._jobs AS j
               WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
                 AND j.priority = (_requeue_at.job).priority
+                AND j.run_at < 'infinity'  -- a job waiting on dependencies has no due time yet
               ORDER BY j.run_at DESC LIMIT 1)) AS e;
         RETURN least(greatest(
             _requeue_at.now + fenceq._backoff((_requeue_at.job).attempts, v_queue.backoff_base,

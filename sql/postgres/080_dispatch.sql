@@ -63,6 +63,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(reserve_dispatch.job_id, reserve_dispatch.owner_id,
+                                reserve_dispatch.generation, reserve_dispatch.claim_token);
     PERFORM fenceq._check_name(reserve_dispatch.backend, 'backend');
     PERFORM fenceq._check_ref(reserve_dispatch.reservation_ref, 'reservation_ref');
     v_job := fenceq._lock_live(reserve_dispatch.job_id, reserve_dispatch.owner_id,
@@ -115,6 +118,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(finalize_dispatch.job_id, finalize_dispatch.owner_id,
+                                finalize_dispatch.generation, finalize_dispatch.claim_token);
     PERFORM fenceq._check_ref(finalize_dispatch.reservation_ref, 'reservation_ref');
     PERFORM fenceq._check_ref(finalize_dispatch.execution_ref, 'execution_ref');
     v_job := fenceq._lock_live(finalize_dispatch.job_id, finalize_dispatch.owner_id,
@@ -159,6 +165,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(release_dispatch.job_id, release_dispatch.owner_id,
+                                release_dispatch.generation, release_dispatch.claim_token);
     PERFORM fenceq._check_ref(release_dispatch.reservation_ref, 'reservation_ref');
     v_job := fenceq._lock_live(release_dispatch.job_id, release_dispatch.owner_id,
                                release_dispatch.generation, release_dispatch.claim_token);
@@ -198,6 +207,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(replace_dispatch_ref.job_id, replace_dispatch_ref.owner_id,
+                                replace_dispatch_ref.generation, replace_dispatch_ref.claim_token);
     PERFORM fenceq._check_ref(replace_dispatch_ref.expected_ref, 'expected_ref');
     PERFORM fenceq._check_ref(replace_dispatch_ref.execution_ref, 'execution_ref');
     v_job := fenceq._lock_live(replace_dispatch_ref.job_id, replace_dispatch_ref.owner_id,

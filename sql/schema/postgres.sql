@@ -1413,6 +1413,7 @@ BEGIN
             (SELECT j.run_at FROM fenceq._jobs AS j
               WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
                 AND j.priority = (_requeue_at.job).priority
+                AND j.run_at < 'infinity'  -- a job waiting on dependencies has no due time yet
               ORDER BY j.run_at DESC LIMIT 1)) AS e;
         RETURN least(greatest(
             _requeue_at.now + fenceq._backoff((_requeue_at.job).attempts, v_queue.backoff_base,
@@ -2835,6 +2836,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(finalize_dispatch.job_id, finalize_dispatch.owner_id,
+                                finalize_dispatch.generation, finalize_dispatch.claim_token);
     PERFORM fenceq._check_ref(finalize_dispatch.reservation_ref, 'reservation_ref');
     PERFORM fenceq._check_ref(finalize_dispatch.execution_ref, 'execution_ref');
     v_job := fenceq._lock_live(finalize_dispatch.job_id, finalize_dispatch.owner_id,
@@ -3396,6 +3400,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(release_dispatch.job_id, release_dispatch.owner_id,
+                                release_dispatch.generation, release_dispatch.claim_token);
     PERFORM fenceq._check_ref(release_dispatch.reservation_ref, 'reservation_ref');
     v_job := fenceq._lock_live(release_dispatch.job_id, release_dispatch.owner_id,
                                release_dispatch.generation, release_dispatch.claim_token);
@@ -3475,6 +3482,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(replace_dispatch_ref.job_id, replace_dispatch_ref.owner_id,
+                                replace_dispatch_ref.generation, replace_dispatch_ref.claim_token);
     PERFORM fenceq._check_ref(replace_dispatch_ref.expected_ref, 'expected_ref');
     PERFORM fenceq._check_ref(replace_dispatch_ref.execution_ref, 'execution_ref');
     v_job := fenceq._lock_live(replace_dispatch_ref.job_id, replace_dispatch_ref.owner_id,
@@ -3566,6 +3576,9 @@ DECLARE
     v_job fenceq._jobs;
     v_dispatch fenceq._dispatches;
 BEGIN
+    -- A malformed fence is refused before anything else (QF106).
+    PERFORM fenceq._check_fence(reserve_dispatch.job_id, reserve_dispatch.owner_id,
+                                reserve_dispatch.generation, reserve_dispatch.claim_token);
     PERFORM fenceq._check_name(reserve_dispatch.backend, 'backend');
     PERFORM fenceq._check_ref(reserve_dispatch.reservation_ref, 'reservation_ref');
     v_job := fenceq._lock_live(reserve_dispatch.job_id, reserve_dispatch.owner_id,
