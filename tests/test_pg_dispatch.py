@@ -328,3 +328,37 @@ def test_a_reservation_committed_while_reap_runs_keeps_its_job_from_reap(pg):
             f"reap settled ({job.status}) a job whose reservation, answered true, committed while it ran")
         assert outcome["reap"].failed == 61
         assert [d.job_id for d in client.dispatches()] == ["target"]
+
+
+@pytest.mark.parametrize("call", [
+    "fenceq.reserve_dispatch('j', 'w', 0, 't', '', 'r1')",
+    "fenceq.reserve_dispatch('j', 'w', 0, 't', 'ext', '')",
+    "fenceq.finalize_dispatch('j', 'w', 0, 't', '', 'x1')",
+    "fenceq.release_dispatch('j', '', 1, 't', '')",
+    "fenceq.replace_dispatch_ref('j', 'w', 1, '', '', 'x2')",
+])
+def test_a_malformed_fence_is_qf106_before_anything_else_in_sql(pg, call):
+    """design-v6.md: "a malformed fence raises QF106 before anything else,
+    a bad name QF102" — called in SQL, not through the client (which checks
+    the fence first on its own)."""
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(f"SELECT {call}")
+    assert info.value.sqlstate == "QF106"
+
+
+def test_a_backend_name_is_at_most_200_characters_in_sql(pg):
+    """design-v6.md: backend is "a name: 1–200 chars, QF102 otherwise"."""
+    with pg.connect() as client:
+        client.create_queue("q")
+        client.submit("q", "t")
+        c = client.claim_next(["q"], "w", fenceq.new_claim_token())
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        for call in ("SELECT fenceq.reserve_dispatch(%s, %s, %s, %s, %s, 'r1')",
+                     "SELECT * FROM fenceq.dispatch_repair_candidates(%s)"):
+            args = (c.job_id, c.owner_id, c.generation, c.claim_token, "b" * 201) if "reserve" in call \
+                else ("b" * 201,)
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(call, args)
+            assert info.value.sqlstate == "QF102", call
+        assert conn.execute("SELECT count(*) FROM fenceq.dispatches").fetchone()[0] == 0
