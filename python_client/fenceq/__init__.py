@@ -8,13 +8,14 @@ from .tasks import JobHandle, Task, TaskCancelled, TaskError, TaskExpired, TaskF
 from .types import (Attempt, Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job, JobEvent,
                     QueueStats, ReapResult, Schedule, SchemaCheck, new_claim_token)
 from .waiting import WaitTimeout
-from .worker import App, AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable, Worker
+from .worker import (App, AsyncJobContext, Dispatched, JobCancelled, JobContext, LeaseLost, NonRetryable, PollResult,
+                     Reconciler, Worker)
 
 __all__ = [
     "App", "AsyncClient", "AsyncJobContext", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client",
-    "ConfigError", "DeadLetter", "Dispatch", "DispatchCandidate", "ErrorCode", "Fence", "FenceqError", "Job",
-    "JobCancelled", "JobContext", "JobEvent",
-    "LeaseLost", "LockBusy", "LockLost", "NonRetryable", "PersistenceFailed", "QueueStats", "ReapResult", "SchemaCheck",
+    "ConfigError", "DeadLetter", "Dispatch", "DispatchCandidate", "Dispatched", "ErrorCode", "Fence", "FenceqError",
+    "Job", "JobCancelled", "JobContext", "JobEvent", "LeaseLost", "LockBusy", "LockLost", "NonRetryable",
+    "PersistenceFailed", "PollResult", "QueueStats", "ReapResult", "Reconciler", "SchemaCheck",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
     "Schedule", "WaitTimeout", "JobHandle", "Task", "TaskCancelled", "TaskError", "TaskExpired", "TaskFailed",
     "TaskMissing",

@@ -372,15 +372,15 @@ def reap(max_rows=None) -> Op:
 # External execution (docs/external-execution.md) ------------------------------
 
 MAX_REPAIR_ROWS = 100_000
-BACKEND_NAME_LENGTH = 200
+REF_LENGTH = 1024  # an external system's ids can be long (ARNs, URLs)
 
 
 def _dispatch_backend(backend) -> tuple[str, str, Any]:
-    return ("backend", "text", v.name(backend, "backend", max_length=BACKEND_NAME_LENGTH))
+    return ("backend", "text", v.name(backend, "backend"))
 
 
 def _ref(value, what: str) -> tuple[str, str, Any]:
-    return (what, "text", v.name(value, what))
+    return (what, "text", v.name(value, what, max_length=REF_LENGTH))
 
 
 def reserve_dispatch(fence, backend, reservation_ref) -> Op:

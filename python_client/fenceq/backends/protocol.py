@@ -301,5 +301,5 @@ def dispatches(backend: Any = None, after: str | None = None, limit: Any = 50) -
     """Live dispatches by job id, of one external system or of all (needs
     the view fenceq.dispatches); ``after`` is the last row's job id."""
     return _read("dispatches", Shape.ROWS, Dispatch,
-                 ("backend", "text", v.name(backend, "backend", max_length=200, nullable=True)),
+                 ("backend", "text", v.name(backend, "backend", nullable=True)),
                  ("after_job_id", "text", "" if after is None else v.job_id(after)), _limit(limit))

@@ -6,7 +6,10 @@ database where the database's rules are what a test is about.
 It keeps just enough of fenceq's rules for the worker's protocols and for
 producers: claims with nonces and generations, fenced writes refused once
 the fence is stale, leases on an injected clock, submissions replayed by
-submission id, active keys, priorities, dependencies, cancel requests.
+submission id, active keys, priorities, dependencies, cancel requests, and
+external dispatches (docs/design-v6.md: reserve, finalize, release,
+replace, adopt, repair candidates; reap and release leave a dispatched
+claim alone). Queue settings (requeue_priority) and history are not.
 Active-key replacement (``force``), concurrency keys and expiry are not
 modelled: a submission that asks for them raises QF100. Queues need not be
 declared, and a retry waits ``retry_backoff``. Faults are scripted per
@@ -30,7 +33,7 @@ from ..backends import Capabilities, Notification
 from ..backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
 from ..errors import PersistenceFailed, config_error, fenceq_error
 from ..ops import Op, SubmitRequest
-from ..types import Claim, ClaimState, Job, ReapResult
+from ..types import Claim, ClaimState, Dispatch, DispatchCandidate, Job, ReapResult
 
 DEFAULT_LEASE = timedelta(seconds=30)
 DEFAULT_MAX_ATTEMPTS = 5  # a queue's default
@@ -70,6 +73,21 @@ class Row:
     finished_at: datetime | None = None
 
 
+@dataclass
+class DispatchRow:
+    backend: str
+    generation: int
+    reservation_ref: str
+    state: str = "reserved"
+    execution_ref: str | None = None
+    checked_at: datetime | None = None
+
+    @property
+    def ref(self) -> str:
+        """What an adopter expects: the reservation ref while reserved, the execution ref once running."""
+        return self.execution_ref if self.state == "running" and self.execution_ref else self.reservation_ref
+
+
 class MemoryBackend:
     name = "memory"
 
@@ -87,6 +105,7 @@ class MemoryBackend:
         self.retry_backoff = retry_backoff  # how long fail(retry) keeps a job from being claimed
         self.new_claims_left: int | None = None  # each new job's claims_left
         self._submissions: dict[str, tuple[str, tuple]] = {}  # submission id -> (job id, its request)
+        self.dispatch_rows: dict[str, DispatchRow] = {}  # job id -> its latest dispatch (live or not)
 
     # Set-up and faults ---------------------------------------------------------
 
@@ -271,7 +290,7 @@ class MemoryBackend:
     def release(self, job_id: str, owner_id: str, generation: int, claim_token: str,
                 run_at: datetime | None = None) -> bool:
         row = self._live(job_id, owner_id, generation, claim_token)
-        if row is None or row.cancel_requested:
+        if row is None or row.cancel_requested or self._live_dispatch(row) is not None:
             return False
         row.status, row.owner_id, row.lease_expires_at = "pending", None, None
         row.attempts -= 1  # a release spends no attempt
@@ -301,11 +320,105 @@ class MemoryBackend:
         return True
 
     def reap(self, max_rows: int | None = None) -> ReapResult:
-        lapsed = [row for row in self.rows.values()
-                  if row.status == "claimed" and row.lease_expires_at is not None and row.lease_expires_at <= self.now()]
+        lapsed = [row for row in self.rows.values() if self._lapsed(row) and self._live_dispatch(row) is None]
         for row in lapsed:
             row.status, row.owner_id, row.lease_expires_at, row.last_error = "pending", None, None, "lease_expired"
         return ReapResult(requeued=len(lapsed), failed=0, cancelled=0, expired=0)
+
+    def _lapsed(self, row: Row) -> bool:
+        return row.status == "claimed" and row.lease_expires_at is not None and row.lease_expires_at <= self.now()
+
+    # External dispatches ---------------------------------------------------------
+
+    def _live_dispatch(self, row: Row) -> DispatchRow | None:
+        dispatch = self.dispatch_rows.get(row.job_id)
+        if dispatch is None or row.status != "claimed" or dispatch.generation != row.generation:
+            return None
+        return dispatch
+
+    def reserve_dispatch(self, job_id: str, owner_id: str, generation: int, claim_token: str, backend: str,
+                         reservation_ref: str) -> bool:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        if row is None or row.cancel_requested:
+            return False
+        dispatch = self._live_dispatch(row)
+        if dispatch is None:
+            self.dispatch_rows[job_id] = DispatchRow(backend, generation, reservation_ref)
+            return True
+        if (dispatch.backend, dispatch.reservation_ref) != (backend, reservation_ref):
+            raise fenceq_error("QF305")
+        return True
+
+    def _fenced_dispatch(self, job_id: str, owner_id: str, generation: int, claim_token: str) -> DispatchRow | None:
+        row = self._live(job_id, owner_id, generation, claim_token)
+        return None if row is None else self._live_dispatch(row)
+
+    def finalize_dispatch(self, job_id: str, owner_id: str, generation: int, claim_token: str,
+                          reservation_ref: str, execution_ref: str) -> bool:
+        dispatch = self._fenced_dispatch(job_id, owner_id, generation, claim_token)
+        if dispatch is None or dispatch.reservation_ref != reservation_ref:
+            return False
+        if dispatch.state == "running":
+            return dispatch.execution_ref == execution_ref
+        dispatch.state, dispatch.execution_ref = "running", execution_ref
+        return True
+
+    def release_dispatch(self, job_id: str, owner_id: str, generation: int, claim_token: str,
+                         reservation_ref: str) -> bool:
+        dispatch = self._fenced_dispatch(job_id, owner_id, generation, claim_token)
+        if dispatch is None or dispatch.state != "reserved" or dispatch.reservation_ref != reservation_ref:
+            return False
+        del self.dispatch_rows[job_id]
+        return True
+
+    def replace_dispatch_ref(self, job_id: str, owner_id: str, generation: int, claim_token: str,
+                             expected_ref: str, execution_ref: str) -> bool:
+        dispatch = self._fenced_dispatch(job_id, owner_id, generation, claim_token)
+        if dispatch is None or dispatch.state != "running" or dispatch.execution_ref not in (expected_ref,
+                                                                                           execution_ref):
+            return False
+        dispatch.execution_ref = execution_ref
+        return True
+
+    def adopt_dispatch(self, job_id: str, backend: str, expected_ref: str, owner_id: str, claim_token: str,
+                       lease: timedelta | None = None) -> Claim | None:
+        row = self.rows.get(job_id)
+        dispatch = None if row is None or not self._lapsed(row) else self._live_dispatch(row)
+        if dispatch is None or dispatch.backend != backend or dispatch.ref != expected_ref:
+            return None
+        if claim_token in self.ledger:
+            raise fenceq_error("QF301")
+        row.generation += 1
+        row.owner_id, row.claim_token = owner_id, claim_token
+        row.lease = lease or row.lease or DEFAULT_LEASE
+        row.lease_expires_at = self.now() + row.lease
+        dispatch.generation = row.generation
+        self.ledger[claim_token] = (job_id, row.generation)
+        return self._claim_of(row)
+
+    def dispatch_repair_candidates(self, backend: str, max_rows: int | None = None) -> list[DispatchCandidate]:
+        lapsed = [(row, dispatch) for row in self.rows.values()
+                  if self._lapsed(row) and (dispatch := self._live_dispatch(row)) is not None
+                  and dispatch.backend == backend]
+        lapsed.sort(key=lambda pair: (pair[1].checked_at is not None, pair[1].checked_at or pair[0].lease_expires_at,
+                                      pair[0].job_id))
+        candidates = []
+        for row, dispatch in lapsed[:max_rows or 100]:
+            dispatch.checked_at = max(dispatch.checked_at or self.now(), self.now())
+            candidates.append(DispatchCandidate(job_id=row.job_id, queue=row.queue, task=row.task,
+                                                state=dispatch.state, ref=dispatch.ref, generation=row.generation,
+                                                lapsed_at=row.lease_expires_at, checked_at=dispatch.checked_at))
+        return candidates
+
+    def dispatches(self, backend: str | None, after_job_id: str, limit: int) -> list[Dispatch]:
+        live = sorted(((row, dispatch) for row in self.rows.values() if row.job_id > after_job_id
+                       and (dispatch := self._live_dispatch(row)) is not None and backend in (None, dispatch.backend)),
+                      key=lambda pair: pair[0].job_id)
+        return [Dispatch(job_id=row.job_id, queue=row.queue, backend=dispatch.backend, state=dispatch.state,
+                         reservation_ref=dispatch.reservation_ref, execution_ref=dispatch.execution_ref,
+                         owner_id=row.owner_id or "", generation=row.generation,
+                         lease_expires_at=row.lease_expires_at, checked_at=dispatch.checked_at)
+                for row, dispatch in live[:limit]]
 
     def get_job(self, job_id: str) -> Job | None:
         row = self.rows.get(job_id)

@@ -28,15 +28,20 @@ job through them): ``claimer`` (claim loop, nonce recovery), ``executor``
 control messages), ``transaction`` (``ctx.transaction()``: the handler's
 writes commit with its fenced completion), ``maintenance`` (reap and purge
 duty), ``shutdown``
-(stop, drain, release), wired by ``runtime`` around one ``state``. The
+(stop, drain, release), ``dispatch`` (``ctx.dispatch``: external execution
+under the fence), wired by ``runtime`` around one ``state``; ``reconciler``
+(``Reconciler``) settles the dispatched jobs whose lease lapsed. The
 worker reaches its database only through ``fenceq.backends`` and the client.
 """
 
 from .app import App, load_app
 from .context import (AsyncJobContext, AsyncJobTransaction, JobCancelled, JobContext, JobTransaction, LeaseLost,
                       NonRetryable)
+from .outcome import Dispatched
+from .reconciler import PollResult, Reconciler
 from .runtime import Worker
 from .settings import default_owner_id
 
-__all__ = ["App", "AsyncJobContext", "AsyncJobTransaction", "JobCancelled", "JobContext", "JobTransaction",
-           "LeaseLost", "NonRetryable", "Worker", "default_owner_id", "load_app"]
+__all__ = ["App", "AsyncJobContext", "AsyncJobTransaction", "Dispatched", "JobCancelled", "JobContext",
+           "JobTransaction", "LeaseLost", "NonRetryable", "PollResult", "Reconciler", "Worker", "default_owner_id",
+           "load_app"]

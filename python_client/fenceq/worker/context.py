@@ -52,6 +52,12 @@ class JobCalls(Protocol):
 
     def transaction(self, job: InFlight) -> AsyncContextManager[AsyncJobTransaction]: ...
 
+    async def reserve_dispatch(self, job: InFlight, backend: str) -> str: ...
+
+    async def finalize_dispatch(self, job: InFlight, reservation_ref: str, execution_ref: str) -> None: ...
+
+    async def release_dispatch(self, job: InFlight, reservation_ref: str) -> None: ...
+
 
 class AsyncJobTransaction:
     """``async with ctx.transaction() as tx`` (docs/transactions.md): run
@@ -256,6 +262,38 @@ class JobContext(_ContextBase):
         else:
             self._call(opening.__aexit__(None, None, None))
 
+    def dispatch(self, backend: str, call: Callable[[str], str]) -> str:
+        """Hand the job's work to the external system ``backend`` (a name of
+        1 to 255 characters) under the fence (docs/external-execution.md):
+        reserve a dispatch under a fresh reservation ref, run
+        ``call(reservation_ref)`` in this thread, which starts the work there
+        with that ref as its idempotency key and returns the external
+        system's id for it (the execution ref), then record that ref.
+        Returns the execution ref; return ``fenceq.Dispatched(execution_ref)``
+        to leave the job running externally for a ``fenceq.Reconciler``.
+
+        ``call`` may raise only when the external system surely did not
+        start the work: the reservation is then released and the error
+        goes on (the job fails or retries as usual). When the outcome of the
+        call is unknown (a timeout, a lost answer), ``call`` must return
+        (the reservation ref will do where the external system finds work
+        by its key) or the process must die, never raise: the reconciler
+        asks the external system about that ref later.
+
+        Raises ``LeaseLost`` when the reservation or its record was refused
+        (after a refused record the job is left to the reconciler), and
+        ``JobCancelled`` when a cancel was requested before the reservation.
+        Once reserved, a handler that raises (other than ``NonRetryable``)
+        leaves the job to the reconciler too: it is never retried here."""
+        reservation_ref = self._call(self._calls.reserve_dispatch(self._job, backend))
+        try:
+            execution_ref = call(reservation_ref)
+        except Exception:
+            self._call(self._calls.release_dispatch(self._job, reservation_ref))
+            raise
+        self._call(self._calls.finalize_dispatch(self._job, reservation_ref, execution_ref))
+        return execution_ref
+
 
 class AsyncJobContext(_ContextBase):
     """What an ``async def`` handler receives. ``cancelled``, ``lost`` and
@@ -296,3 +334,19 @@ class AsyncJobContext(_ContextBase):
     def transaction(self) -> AsyncContextManager[AsyncJobTransaction]:
         """``async with ctx.transaction() as tx``: as ``JobContext.transaction``."""
         return self._calls.transaction(self._job)
+
+    async def dispatch(self, backend: str, call: Callable[[str], Any]) -> str:
+        """As ``JobContext.dispatch``; ``call`` may be sync or async. A
+        cancellation while it runs (``cancel_grace``) keeps the reservation:
+        the call may have started."""
+        reservation_ref = await self._calls.reserve_dispatch(self._job, backend)
+        try:
+            execution_ref = call(reservation_ref)
+            if inspect.isawaitable(execution_ref):
+                execution_ref = await execution_ref
+        except Exception:
+            await self._calls.release_dispatch(self._job, reservation_ref)
+            raise
+        await self._calls.finalize_dispatch(self._job, reservation_ref, execution_ref)
+        return execution_ref
+

@@ -22,9 +22,10 @@ from ..errors import PersistenceFailed
 from ..observability.tracing import handler_span
 from ..types import Claim
 from .context import AsyncJobContext, JobCancelled, JobContext, LeaseLost, NonRetryable
+from .dispatch import Dispatcher
 from .fenced_writer import FencedWriter, Verdict
 from .heartbeater import Heartbeater
-from .outcome import Cancelled, Committed, Completed, Failed, Lost, Outcome
+from .outcome import Cancelled, Committed, Completed, Dispatched, Failed, Lost, Outcome
 from .pool import Pool
 from .settler import Settler
 from .state import InFlight, WorkerState
@@ -104,6 +105,7 @@ class Executor:
         self._heartbeater = heartbeater
         self._settler = settler
         self._transactions = Transactions(state, pool, writer)
+        self._dispatcher = Dispatcher(state, pool, writer)
         self._kinds: dict[str, tuple[Handler, bool]] = {}  # task -> its handler, and whether it is async
         self._slots = 0  # slot tasks running
         self._threads = HandlerThreads()
@@ -254,17 +256,35 @@ class Executor:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            events.emit("handler_error", f"handler raised {type(error).__name__}: {error}",
-                        level=logging.WARNING, **job.fields, retry=True)
-            outcome = Failed(error_text(error), True)
+            if job.reservation_ref is not None:
+                events.emit("handler_error", f"handler raised {type(error).__name__} after dispatching: {error}; "
+                            "the job is left to the reconciler", level=logging.WARNING, **job.fields)
+                outcome = Dispatched(job.execution_ref)
+            else:
+                events.emit("handler_error", f"handler raised {type(error).__name__}: {error}",
+                            level=logging.WARNING, **job.fields, retry=True)
+                outcome = Failed(error_text(error), True)
         else:
-            outcome = Completed(result)
+            outcome = self._dispatched(job, result) if isinstance(result, Dispatched) else Completed(result)
         if not job.committed:
             return outcome
         if not isinstance(outcome, Completed):
             events.emit("raised_after_commit", "the handler raised after its transaction committed: the job "
                         "stays completed", level=logging.WARNING, **job.fields)
         return Committed()
+
+    def _dispatched(self, job: InFlight, answer: Dispatched) -> Outcome:
+        """A handler's ``Dispatched``: the job is left running externally,
+        which only a dispatch of this claim (``ctx.dispatch``) makes safe."""
+        if job.reservation_ref is None:
+            return Failed("the handler returned Dispatched without a dispatch of its own (ctx.dispatch): "
+                          "nothing records the external work", False)
+        if answer.execution_ref != job.execution_ref:
+            self._state.events.emit("dispatch_ref_mismatch", "the handler returned Dispatched with another ref "
+                                    "than its ctx.dispatch recorded; the recorded one stands",
+                                    level=logging.WARNING, **job.fields, returned=answer.execution_ref,
+                                    recorded=job.execution_ref)
+        return Dispatched(job.execution_ref)
 
     async def _in_thread(self, job: InFlight, handler: Handler) -> Any:
         loop = self._loop
@@ -337,3 +357,12 @@ class Executor:
 
     def transaction(self, job: InFlight) -> contextlib.AbstractAsyncContextManager:
         return self._transactions.open(job)
+
+    async def reserve_dispatch(self, job: InFlight, backend: str) -> str:
+        return await self._dispatcher.reserve(job, backend)
+
+    async def finalize_dispatch(self, job: InFlight, reservation_ref: str, execution_ref: str) -> None:
+        await self._dispatcher.finalize(job, reservation_ref, execution_ref)
+
+    async def release_dispatch(self, job: InFlight, reservation_ref: str) -> None:
+        await self._dispatcher.release(job, reservation_ref)

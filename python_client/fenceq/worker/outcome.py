@@ -33,4 +33,17 @@ class Committed:
     in it, with the handler's writes."""
 
 
-Outcome = Completed | Failed | Cancelled | Lost | Committed
+@dataclass(frozen=True)
+class Dispatched:
+    """Return ``fenceq.Dispatched(execution_ref)`` from a handler whose
+    ``ctx.dispatch`` handed the job's work to another system: the job stays
+    claimed and running there, this worker frees its slot and stops renewing
+    the lease, and once it lapses a ``fenceq.Reconciler`` adopts the job and
+    settles it from what the external system says
+    (docs/external-execution.md). As an outcome, ``execution_ref`` is None
+    when the handler ended while the dispatch was only reserved."""
+
+    execution_ref: str | None
+
+
+Outcome = Completed | Failed | Cancelled | Lost | Committed | Dispatched

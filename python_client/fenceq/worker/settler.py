@@ -15,7 +15,7 @@ from ..errors import ConfigError, PersistenceFailed
 from ..validate import CheckedJSON
 from .completer import Completer
 from .fenced_writer import FencedWriter, Verdict
-from .outcome import Cancelled, Committed, Completed, Failed, Lost, Outcome
+from .outcome import Cancelled, Committed, Completed, Dispatched, Failed, Lost, Outcome
 from .pool import Pool
 from .state import InFlight, WorkerState
 
@@ -85,6 +85,9 @@ class Settler:
         if isinstance(outcome, Committed):
             self._completed(job, in_transaction=True)
             return
+        if isinstance(outcome, Dispatched):
+            self._left_running_externally(job, outcome)
+            return
         if job.cancelled.is_set() and not isinstance(outcome, Lost):
             await self.acknowledge(job)
             return
@@ -118,6 +121,16 @@ class Settler:
             state.events.emit("completed", "job completed" + (" with its transaction" if in_transaction else ""),
                               **job.fields, seconds=round(state.clock.monotonic() - job.started, 3),
                               in_transaction=in_transaction)
+
+    def _left_running_externally(self, job: InFlight, outcome: Dispatched) -> None:
+        """Nothing is written: the claim stays, unrenewed, until its lease
+        lapses and a reconciler adopts it (also after a cancel request: the
+        reconciler stops the external work, then acknowledges)."""
+        job.next_heartbeat = float("inf")
+        self._state.counts["dispatched"] += 1
+        self._state.events.emit("dispatched", "job left running externally: its lease lapses and a reconciler "
+                                "adopts it", **job.fields, reservation_ref=job.reservation_ref,
+                                execution_ref=outcome.execution_ref)
 
     async def _fail(self, job: InFlight, error: str, retry: bool) -> None:
         state = self._state

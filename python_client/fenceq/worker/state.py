@@ -18,7 +18,7 @@ from .events import Events
 from .settings import WorkerSettings
 
 COUNTS = ("claimed", "completed", "failed", "retried", "cancelled", "released", "refused", "lost",
-          "recovered_claims", "reaped", "server_switches")
+          "recovered_claims", "reaped", "server_switches", "dispatched")
 
 
 class Flag:
@@ -82,6 +82,8 @@ class InFlight:
     abandoned: bool = False           # drain timed out: the job is being released
     completing: bool = False          # its ctx.transaction() is completing the job (or did)
     committed: bool = False           # its ctx.transaction() committed: the job is completed
+    reservation_ref: str | None = None  # its ctx.dispatch reserved under this ref (None again once released)
+    execution_ref: str | None = None    # ... and finalized with this one
     ctx: Any = None
 
     @functools.cached_property
