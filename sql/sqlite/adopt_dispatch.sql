@@ -12,9 +12,10 @@
 -- keeps its checked_at. A requested cancel does not refuse (the adopter
 -- stops the work and acknowledges). No row otherwise (a live claim,
 -- another ref or backend, no dispatch, an unknown job). QF102 for a bad
--- job id, backend (1 to 200 characters), ref, owner or token, QF105 for a
--- lease that is not positive, QF301 for a token used before, QF303 when
--- the generation cannot advance. Event dispatch_adopted.
+-- job id, backend (1 to 255 characters), ref (1 to 1,024), owner or token, QF105 for a
+-- lease that is not positive; for an adoption, QF303 when the generation
+-- cannot advance, then QF301 for a token used before. Event
+-- dispatch_adopted.
 --
 -- Parameters: :job_id TEXT (1 to 36 characters); :backend TEXT;
 -- :expected_ref TEXT; :owner_id TEXT; :claim_token TEXT; :lease INTEGER
@@ -34,12 +35,12 @@ SELECT substr(c.error, 1, 5), substr(c.error, 7)
                WHEN NOT (typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36
                          AND instr(CAST(:job_id AS BLOB), x'00') = 0)
                     THEN 'QF102 fenceq: job_id must be 1 to 36 characters'
-               WHEN NOT (typeof(:backend) = 'text' AND length(:backend) BETWEEN 1 AND 200
+               WHEN NOT (typeof(:backend) = 'text' AND length(:backend) BETWEEN 1 AND 255
                          AND instr(CAST(:backend AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: backend must be 1 to 200 characters'
-               WHEN NOT (typeof(:expected_ref) = 'text' AND length(:expected_ref) BETWEEN 1 AND 255
+                    THEN 'QF102 fenceq: backend must be 1 to 255 characters'
+               WHEN NOT (typeof(:expected_ref) = 'text' AND length(:expected_ref) BETWEEN 1 AND 1024
                          AND instr(CAST(:expected_ref AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: expected_ref must be 1 to 255 characters'
+                    THEN 'QF102 fenceq: expected_ref must be 1 to 1024 characters'
                WHEN NOT (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255
                          AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
                     THEN 'QF102 fenceq: owner_id must be 1 to 255 characters'
@@ -49,8 +50,6 @@ SELECT substr(c.error, 1, 5), substr(c.error, 7)
                WHEN NOT (:lease IS NULL
                          OR (typeof(:lease) = 'integer' AND :lease > 0))
                     THEN 'QF105 fenceq: lease must be positive'
-               WHEN EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
-                    THEN 'QF301 fenceq: a claim token was already used; recover the claim instead'
                END AS error) AS c
  WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- The job to adopt: its row, generation and previous owner before the
@@ -75,7 +74,10 @@ SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF303' AS sqlstate, 'fenceq: the job''s generation is exhausted' AS message
       FROM temp.fenceq_adopt AS a
      WHERE a.generation >= 9223372036854775807
-    UNION ALL SELECT 2, '22008', 'fenceq: the lease ends after year 9999'
+    UNION ALL SELECT 2, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
+      FROM temp.fenceq_adopt AS a
+     WHERE EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
+    UNION ALL SELECT 3, '22008', 'fenceq: the lease ends after year 9999'
       FROM temp.fenceq_adopt AS a
      WHERE a.lease > 253402300799999999 - a.now
 ) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;

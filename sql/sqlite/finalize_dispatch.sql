@@ -8,7 +8,7 @@
 -- live dispatch, under another reservation ref, or when it is running with
 -- another execution ref (use replace_dispatch_ref). A requested cancel does
 -- not refuse: the external call was made. QF106 for a malformed fence,
--- then QF102 for a bad ref (1 to 255 characters). Event dispatch_finalized
+-- then QF102 for a bad ref (1 to 1,024 characters). Event dispatch_finalized
 -- when written.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
@@ -31,12 +31,12 @@ SELECT 'QF106', 'fenceq: the fence is malformed'
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT substr(c.error, 1, 5), substr(c.error, 7)
   FROM (SELECT CASE
-               WHEN NOT (typeof(:reservation_ref) = 'text' AND length(:reservation_ref) BETWEEN 1 AND 255
+               WHEN NOT (typeof(:reservation_ref) = 'text' AND length(:reservation_ref) BETWEEN 1 AND 1024
                          AND instr(CAST(:reservation_ref AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: reservation_ref must be 1 to 255 characters'
-               WHEN NOT (typeof(:execution_ref) = 'text' AND length(:execution_ref) BETWEEN 1 AND 255
+                    THEN 'QF102 fenceq: reservation_ref must be 1 to 1024 characters'
+               WHEN NOT (typeof(:execution_ref) = 'text' AND length(:execution_ref) BETWEEN 1 AND 1024
                          AND instr(CAST(:execution_ref AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: execution_ref must be 1 to 255 characters'
+                    THEN 'QF102 fenceq: execution_ref must be 1 to 1024 characters'
                END AS error) AS c
  WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 CREATE TEMP TABLE IF NOT EXISTS fenceq_fence (

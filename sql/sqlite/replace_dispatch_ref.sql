@@ -28,12 +28,12 @@ SELECT 'QF106', 'fenceq: the fence is malformed'
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT substr(c.error, 1, 5), substr(c.error, 7)
   FROM (SELECT CASE
-               WHEN NOT (typeof(:expected_ref) = 'text' AND length(:expected_ref) BETWEEN 1 AND 255
+               WHEN NOT (typeof(:expected_ref) = 'text' AND length(:expected_ref) BETWEEN 1 AND 1024
                          AND instr(CAST(:expected_ref AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: expected_ref must be 1 to 255 characters'
-               WHEN NOT (typeof(:execution_ref) = 'text' AND length(:execution_ref) BETWEEN 1 AND 255
+                    THEN 'QF102 fenceq: expected_ref must be 1 to 1024 characters'
+               WHEN NOT (typeof(:execution_ref) = 'text' AND length(:execution_ref) BETWEEN 1 AND 1024
                          AND instr(CAST(:execution_ref AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: execution_ref must be 1 to 255 characters'
+                    THEN 'QF102 fenceq: execution_ref must be 1 to 1024 characters'
                END AS error) AS c
  WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 CREATE TEMP TABLE IF NOT EXISTS fenceq_fence (

@@ -8,8 +8,8 @@
 -- stale, expired, terminal or cancel-requested fence. QF305 when the
 -- claim's live dispatch has another backend or another ref (release_dispatch
 -- it first). A row left from an earlier claim of the job is overwritten.
--- QF106 for a malformed fence, then QF102 for a bad backend (1 to 200
--- characters) or ref (1 to 255). Event dispatch_reserved when written.
+-- QF106 for a malformed fence, then QF102 for a bad backend (1 to 255
+-- characters) or ref (1 to 1,024). Event dispatch_reserved when written.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :backend TEXT;
@@ -31,12 +31,12 @@ SELECT 'QF106', 'fenceq: the fence is malformed'
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT substr(c.error, 1, 5), substr(c.error, 7)
   FROM (SELECT CASE
-               WHEN NOT (typeof(:backend) = 'text' AND length(:backend) BETWEEN 1 AND 200
+               WHEN NOT (typeof(:backend) = 'text' AND length(:backend) BETWEEN 1 AND 255
                          AND instr(CAST(:backend AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: backend must be 1 to 200 characters'
-               WHEN NOT (typeof(:reservation_ref) = 'text' AND length(:reservation_ref) BETWEEN 1 AND 255
+                    THEN 'QF102 fenceq: backend must be 1 to 255 characters'
+               WHEN NOT (typeof(:reservation_ref) = 'text' AND length(:reservation_ref) BETWEEN 1 AND 1024
                          AND instr(CAST(:reservation_ref AS BLOB), x'00') = 0)
-                    THEN 'QF102 fenceq: reservation_ref must be 1 to 255 characters'
+                    THEN 'QF102 fenceq: reservation_ref must be 1 to 1024 characters'
                END AS error) AS c
  WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 CREATE TEMP TABLE IF NOT EXISTS fenceq_fence (

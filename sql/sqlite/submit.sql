@@ -194,13 +194,13 @@ SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
  WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 -- force: the predecessor holding the active key is cancelled (its fence
 -- dies), and with it every job that depends on it, transitively, with
--- last_error 'dependency_failed'; their events first (reason force, or
+-- last_error 'dependency_failed'; their events first (reason replaced, or
 -- dependency_failed), while they are as they were. One statement each: the
 -- usual submit has no predecessor, and pays for one.
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
                                        CASE WHEN j.status = 'claimed' THEN j.owner_id END,
-       CASE WHEN j.job_id = t.holder THEN '{"reason":"force"}' ELSE '{"reason":"dependency_failed"}' END,
+       CASE WHEN j.job_id = t.holder THEN '{"reason":"replaced"}' ELSE '{"reason":"dependency_failed"}' END,
        t.now
   FROM temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j
   JOIN fenceq__queues AS q ON q.queue = j.queue
@@ -257,8 +257,8 @@ SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0)
                                                   + CAST(substr(:run_at, 21, 6) AS INTEGER)) > t.now, 0))
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
--- Event submitted, then cancelled (reason dependency_failed) when it was
--- stored cancelled.
+-- Event submitted (also for a job stored cancelled: it never was anything
+-- else, as on PostgreSQL).
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
        json_object('priority', j.priority, 'run_at', CASE WHEN j.blocked_run_at IS NULL
@@ -273,14 +273,6 @@ SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
   JOIN fenceq__queues AS q ON q.queue = j.queue
  WHERE q.history
    AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
-INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
-SELECT j.job_id, j.queue, 'cancelled', NULL, NULL,
-       '{"reason":"dependency_failed"}',
-       t.now
-  FROM temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id
-  JOIN fenceq__queues AS q ON q.queue = j.queue
- WHERE q.history
-   AND t.sqlstate IS NULL AND t.replay_job_id IS NULL AND t.dependency_failed;
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT DISTINCT d.value, t.job_id, j.status = 'completed'
   FROM temp.fenceq_submit_call AS t, json_each(CASE WHEN json_valid(:depends_on)

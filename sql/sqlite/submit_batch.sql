@@ -370,7 +370,7 @@ SELECT submission_id, fingerprint, new_job_id, :queue, now
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'cancelled', CASE WHEN j.status = 'claimed' THEN j.generation END,
                                        CASE WHEN j.status = 'claimed' THEN j.owner_id END,
-       '{"reason":"force"}',
+       '{"reason":"replaced"}',
        (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
   FROM fenceq__jobs AS j
   JOIN fenceq__queues AS q ON q.queue = j.queue
@@ -404,8 +404,9 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
--- Events submitted, and cancelled for an element stored cancelled (reason
--- dependency_failed, or force when a later element took its key).
+-- Events submitted, then cancelled (reason replaced) for an element whose
+-- active key a later forced element took (one stored cancelled because a
+-- dependency failed was never anything else, as on PostgreSQL).
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
        json_object('priority', j.priority, 'run_at', CASE WHEN j.blocked_run_at IS NULL
@@ -422,12 +423,12 @@ SELECT j.job_id, j.queue, 'submitted', NULL, NULL,
    AND b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'cancelled', NULL, NULL,
-       CASE WHEN b.dependency_failed THEN '{"reason":"dependency_failed"}' ELSE '{"reason":"force"}' END,
+       '{"reason":"replaced"}',
        b.now
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id
   JOIN fenceq__queues AS q ON q.queue = j.queue
  WHERE q.history
-   AND b.fresh AND (b.cancelled OR b.dependency_failed) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+   AND b.fresh AND b.cancelled AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT d.depends_on, b.new_job_id, coalesce(j.status = 'completed', 0)
   FROM temp.fenceq_submit_batch_deps AS d

@@ -11,9 +11,10 @@
 -- keeps its checked_at. A requested cancel does not refuse (the adopter
 -- stops the work and acknowledges). No row otherwise (a live claim,
 -- another ref or backend, no dispatch, an unknown job). QF102 for a bad
--- job id, backend (1 to 200 characters), ref, owner or token, QF105 for a
--- lease that is not positive, QF301 for a token used before, QF303 when
--- the generation cannot advance. Event dispatch_adopted.
+-- job id, backend (1 to 255 characters), ref (1 to 1,024), owner or token, QF105 for a
+-- lease that is not positive; for an adoption, QF303 when the generation
+-- cannot advance, then QF301 for a token used before. Event
+-- dispatch_adopted.
 --
 -- Parameters: :job_id TEXT (1 to 36 characters); :backend TEXT;
 -- :expected_ref TEXT; :owner_id TEXT; :claim_token TEXT; :lease INTEGER
@@ -27,14 +28,12 @@
 {{error_table}}
 {{first_failing(
     {{name_check(job_id, 36)}}
-    {{name_check(backend, 200)}}
-    {{name_check(expected_ref, 255)}}
+    {{name_check(backend, 255)}}
+    {{name_check(expected_ref, 1024)}}
     {{name_check(owner_id, 255)}}
     {{name_check(claim_token, 255)}}
     WHEN NOT {{optional_integer(:lease, > 0)}}
-         THEN 'QF105 fenceq: lease must be positive'
-    WHEN EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
-         THEN 'QF301 fenceq: a claim token was already used; recover the claim instead')}}
+         THEN 'QF105 fenceq: lease must be positive')}}
 -- The job to adopt: its row, generation and previous owner before the
 -- adoption, the new lease and the clock reading of the whole call.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_adopt (
@@ -56,7 +55,10 @@ SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF303' AS sqlstate, 'fenceq: the job''s generation is exhausted' AS message
       FROM temp.fenceq_adopt AS a
      WHERE a.generation >= 9223372036854775807
-    UNION ALL SELECT 2, '22008', 'fenceq: the lease ends after year 9999'
+    UNION ALL SELECT 2, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
+      FROM temp.fenceq_adopt AS a
+     WHERE EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_token)
+    UNION ALL SELECT 3, '22008', 'fenceq: the lease ends after year 9999'
       FROM temp.fenceq_adopt AS a
      WHERE a.lease > 253402300799999999 - a.now
 ) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;

@@ -6,12 +6,12 @@
 -- 100,000). Each returned row is marked checked now (never moved back), so
 -- the next call pages onward; ref is the reservation ref while reserved,
 -- the execution ref once running (what adopt_dispatch expects). QF102 for a
--- bad backend (1 to 200 characters), QF104 for max_rows out of range.
+-- bad backend (1 to 255 characters), QF104 for max_rows out of range.
 --
 -- Parameters: :backend TEXT; :max_rows INTEGER or NULL (100).
 -- Result: zero or more rows (sqlstate, message, detail, then job_id,
--- queue, task, state, ref, generation, lapsed_at, checked_at: the check
--- before this one, NULL for never; times as UTC text), or one error row.
+-- queue, task, state, ref, generation, lapsed_at, checked_at: the mark
+-- this call set; times as UTC text), or one error row.
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that callers take turns on the write lock
@@ -19,17 +19,17 @@
 -- get the same page at once.
 {{error_table}}
 {{first_failing(
-    {{name_check(backend, 200)}}
+    {{name_check(backend, 255)}}
     WHEN NOT {{optional_integer(:max_rows, BETWEEN 1 AND 100000)}}
          THEN 'QF104 fenceq: max_rows must be an integer from 1 to 100000')}}
 -- The page, in its order (ord is assigned in insertion order), with the
--- check before this one and the clock reading.
+-- clock reading.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_candidates (
-    ord INTEGER PRIMARY KEY, job_id TEXT NOT NULL, checked_at INTEGER, now INTEGER NOT NULL);
+    ord INTEGER PRIMARY KEY, job_id TEXT NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_candidates;
 WITH {{clock}}
-INSERT INTO temp.fenceq_candidates (job_id, checked_at, now)
-SELECT d.job_id, d.checked_at, clock.now
+INSERT INTO temp.fenceq_candidates (job_id, now)
+SELECT d.job_id, clock.now
   FROM clock
   JOIN fenceq__jobs AS j ON j.status = 'claimed' AND j.lease_expires_at <= clock.now
   JOIN fenceq__dispatches AS d ON d.job_id = j.job_id AND d.generation = j.generation
@@ -40,16 +40,19 @@ UPDATE fenceq__dispatches
    SET checked_at = max(coalesce(fenceq__dispatches.checked_at, c.now), c.now)
   FROM temp.fenceq_candidates AS c
  WHERE fenceq__dispatches.job_id = c.job_id;
-SELECT e.sqlstate, e.message, e.detail, NULL AS job_id, NULL AS queue, NULL AS task, NULL AS state, NULL AS ref,
-       NULL AS generation, NULL AS lapsed_at, NULL AS checked_at
-  FROM temp.fenceq_error AS e
-UNION ALL
-SELECT NULL, NULL, NULL, j.job_id, j.queue, j.task, d.state,
-       CASE d.state WHEN 'reserved' THEN d.reservation_ref ELSE d.execution_ref END,
-       d.generation,
-       {{micros_utc_text(j.lease_expires_at)}},
-       {{micros_utc_text(c.checked_at)}}
-  FROM temp.fenceq_candidates AS c
-  JOIN fenceq__jobs AS j ON j.job_id = c.job_id
-  JOIN fenceq__dispatches AS d ON d.job_id = c.job_id
- WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT sqlstate, message, detail, job_id, queue, task, state, ref, generation, lapsed_at, checked_at
+  FROM (
+    SELECT 0 AS ord, e.sqlstate, e.message, e.detail, NULL AS job_id, NULL AS queue, NULL AS task,
+           NULL AS state, NULL AS ref, NULL AS generation, NULL AS lapsed_at, NULL AS checked_at
+      FROM temp.fenceq_error AS e
+    UNION ALL
+    SELECT c.ord, NULL, NULL, NULL, j.job_id, j.queue, j.task, d.state,
+           CASE d.state WHEN 'reserved' THEN d.reservation_ref ELSE d.execution_ref END,
+           d.generation,
+           {{micros_utc_text(j.lease_expires_at)}},
+           {{micros_utc_text(d.checked_at)}}
+      FROM temp.fenceq_candidates AS c
+      JOIN fenceq__jobs AS j ON j.job_id = c.job_id
+      JOIN fenceq__dispatches AS d ON d.job_id = c.job_id
+     WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
+ ORDER BY ord;

@@ -7,7 +7,7 @@
 -- live dispatch, under another reservation ref, or when it is running with
 -- another execution ref (use replace_dispatch_ref). A requested cancel does
 -- not refuse: the external call was made. QF106 for a malformed fence,
--- then QF102 for a bad ref (1 to 255 characters). Event dispatch_finalized
+-- then QF102 for a bad ref (1 to 1,024 characters). Event dispatch_finalized
 -- when written.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
@@ -18,8 +18,8 @@
 {{error_table}}
 {{fence_check}}
 {{first_failing(
-    {{name_check(reservation_ref, 255)}}
-    {{name_check(execution_ref, 255)}})}}
+    {{name_check(reservation_ref, 1024)}}
+    {{name_check(execution_ref, 1024)}})}}
 {{fence_decision}}
 {{live_dispatch}}
 UPDATE fenceq__dispatches

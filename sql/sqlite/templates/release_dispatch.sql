@@ -4,7 +4,7 @@
 -- reservation_ref: the record is deleted, the claim stays live and may
 -- reserve again. False otherwise, in particular while the dispatch is
 -- running (settle the job instead). A requested cancel does not refuse.
--- QF106 for a malformed fence, then QF102 for a bad ref (1 to 255
+-- QF106 for a malformed fence, then QF102 for a bad ref (1 to 1,024
 -- characters). Event dispatch_released when deleted.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
@@ -14,7 +14,7 @@
 {{error_table}}
 {{fence_check}}
 {{first_failing(
-    {{name_check(reservation_ref, 255)}})}}
+    {{name_check(reservation_ref, 1024)}})}}
 {{fence_decision}}
 {{live_dispatch}}
 DELETE FROM fenceq__dispatches

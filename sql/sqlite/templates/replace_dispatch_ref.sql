@@ -15,8 +15,8 @@
 {{error_table}}
 {{fence_check}}
 {{first_failing(
-    {{name_check(expected_ref, 255)}}
-    {{name_check(execution_ref, 255)}})}}
+    {{name_check(expected_ref, 1024)}}
+    {{name_check(execution_ref, 1024)}})}}
 {{fence_decision}}
 {{live_dispatch}}
 UPDATE fenceq__dispatches

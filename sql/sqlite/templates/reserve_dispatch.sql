@@ -7,8 +7,8 @@
 -- stale, expired, terminal or cancel-requested fence. QF305 when the
 -- claim's live dispatch has another backend or another ref (release_dispatch
 -- it first). A row left from an earlier claim of the job is overwritten.
--- QF106 for a malformed fence, then QF102 for a bad backend (1 to 200
--- characters) or ref (1 to 255). Event dispatch_reserved when written.
+-- QF106 for a malformed fence, then QF102 for a bad backend (1 to 255
+-- characters) or ref (1 to 1,024). Event dispatch_reserved when written.
 --
 -- Parameters: the fence :job_id TEXT (1 to 36 characters), :owner_id TEXT,
 -- :generation INTEGER (>= 1), :claim_token TEXT; :backend TEXT;
@@ -18,8 +18,8 @@
 {{error_table}}
 {{fence_check}}
 {{first_failing(
-    {{name_check(backend, 200)}}
-    {{name_check(reservation_ref, 255)}})}}
+    {{name_check(backend, 255)}}
+    {{name_check(reservation_ref, 1024)}})}}
 {{fence_decision}}
 {{live_dispatch}}
 INSERT INTO temp.fenceq_error (sqlstate, message)

@@ -145,7 +145,7 @@ SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
  WHERE :submission_id IS NOT NULL AND t.sqlstate IS NULL AND t.replay_job_id IS NULL;
 -- force: the predecessor holding the active key is cancelled (its fence
 -- dies), and with it every job that depends on it, transitively, with
--- last_error 'dependency_failed'; their events first (reason force, or
+-- last_error 'dependency_failed'; their events first (reason replaced, or
 -- dependency_failed), while they are as they were. One statement each: the
 -- usual submit has no predecessor, and pays for one.
 {{history_event(
@@ -154,7 +154,7 @@ SELECT :submission_id, :fingerprint, t.job_id, :queue, t.now
     AND j.job_id IN (
         {{forced_out}}),
     'cancelled', {{claim_of(j)}},
-    CASE WHEN j.job_id = t.holder THEN '{"reason":"force"}' ELSE '{"reason":"dependency_failed"}' END,
+    CASE WHEN j.job_id = t.holder THEN '{"reason":"replaced"}' ELSE '{"reason":"dependency_failed"}' END,
     t.now)}}
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT t.now FROM temp.fenceq_submit_call AS t),
@@ -187,18 +187,13 @@ SELECT t.job_id, :queue, :task, nullif(:payload, 'null'), coalesce(:priority, 0)
        AND (t.blocked_by IS NOT NULL OR coalesce({{utc_text_micros(:run_at)}} > t.now, 0))
   FROM temp.fenceq_submit_call AS t JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE t.sqlstate IS NULL AND t.replay_job_id IS NULL;
--- Event submitted, then cancelled (reason dependency_failed) when it was
--- stored cancelled.
+-- Event submitted (also for a job stored cancelled: it never was anything
+-- else, as on PostgreSQL).
 {{history_event(
     temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id,
     t.sqlstate IS NULL AND t.replay_job_id IS NULL,
     'submitted', {{by(NULL, NULL)}},
     {{submitted_detail(j)}},
-    t.now)}}
-{{history_event(
-    temp.fenceq_submit_call AS t JOIN fenceq__jobs AS j ON j.job_id = t.job_id,
-    t.sqlstate IS NULL AND t.replay_job_id IS NULL AND t.dependency_failed,
-    'cancelled', {{by(NULL, NULL)}}, '{"reason":"dependency_failed"}',
     t.now)}}
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT DISTINCT d.value, t.job_id, j.status = 'completed'

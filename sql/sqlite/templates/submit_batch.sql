@@ -349,7 +349,7 @@ SELECT submission_id, fingerprint, new_job_id, :queue, now
     j.queue = :queue AND j.status IN ('pending', 'claimed') AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
     AND j.active_key IN (SELECT b.active_key FROM temp.fenceq_submit_batch AS b
                           WHERE b.fresh AND NOT coalesce(b.dependency_failed, 0)),
-    'cancelled', {{claim_of(j)}}, '{"reason":"force"}',
+    'cancelled', {{claim_of(j)}}, '{"reason":"replaced"}',
     (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b))}}
 UPDATE fenceq__jobs
    SET status = 'cancelled', finished_at = (SELECT max(b.now) FROM temp.fenceq_submit_batch AS b)
@@ -377,8 +377,9 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
   FROM temp.fenceq_submit_batch AS b JOIN fenceq__queues AS q ON q.queue = :queue
  WHERE b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY b.i;
--- Events submitted, and cancelled for an element stored cancelled (reason
--- dependency_failed, or force when a later element took its key).
+-- Events submitted, then cancelled (reason replaced) for an element whose
+-- active key a later forced element took (one stored cancelled because a
+-- dependency failed was never anything else, as on PostgreSQL).
 {{history_event(
     temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id,
     b.fresh AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
@@ -387,9 +388,8 @@ SELECT b.new_job_id, :queue, b.task, b.payload, coalesce(CAST(b.priority AS INTE
     b.now)}}
 {{history_event(
     temp.fenceq_submit_batch AS b JOIN fenceq__jobs AS j ON j.job_id = b.new_job_id,
-    b.fresh AND (b.cancelled OR b.dependency_failed) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
-    'cancelled', {{by(NULL, NULL)}},
-    CASE WHEN b.dependency_failed THEN '{"reason":"dependency_failed"}' ELSE '{"reason":"force"}' END,
+    b.fresh AND b.cancelled AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
+    'cancelled', {{by(NULL, NULL)}}, '{"reason":"replaced"}',
     b.now)}}
 INSERT INTO fenceq__dependencies (depends_on, job_id, satisfied)
 SELECT d.depends_on, b.new_job_id, coalesce(j.status = 'completed', 0)
