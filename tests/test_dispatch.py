@@ -165,9 +165,19 @@ def test_a_malformed_fence_is_qf106_before_a_bad_name(db):
         with raises_code("QF102"):
             client.reserve_dispatch(c.fence, "", "r1")
         with raises_code("QF102"):
-            client.reserve_dispatch(c.fence, "b" * 201, "r1")
-        with raises_code("QF102"):
             client.reserve_dispatch(c.fence, BACKEND, "")
+        assert client.dispatches() == []
+
+
+def test_a_backend_name_is_1_to_200_characters(db):
+    """design-v6.md: backend is "a name: 1–200 chars, QF102 otherwise".
+    (v6-runtime and v6-sqlite chose 255, as PostgreSQL's SQL checks it: a
+    disagreement with the design, reported; this test pins the design.)"""
+    with db.connect() as client:
+        c = new_claim(client)
+        with raises_code("QF102"):
+            client.reserve_dispatch(c.fence, "b" * 201, "r1")
+        assert client.dispatches() == []
         assert client.reserve_dispatch(c.fence, "b" * 200, "r1") is True
         assert live_dispatch(client, c.job_id).backend == "b" * 200
 

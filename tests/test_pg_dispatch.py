@@ -277,3 +277,88 @@ def test_repair_candidates_skip_rows_another_session_holds(pg):
         assert not waited, "dispatch_repair_candidates waited for a row another session holds"
         assert outcome["rows"] == ["b"]
         assert [k.job_id for k in client.dispatch_repair_candidates(BACKEND)] == ["a", "b"]
+
+
+def test_a_reservation_committed_while_reap_runs_keeps_its_job_from_reap(pg):
+    """reap reads the lapsed claims (its snapshot), then locks and settles
+    them one by one. A reservation made in time but committed after reap's
+    read, before reap reaches its row, must still keep the job claimed: the
+    reservation said true, so the external call is being made.
+
+    To hold reap between its read and the job's row lock without timing,
+    the first lapsed claim it settles fails for good and has a dependent
+    whose row another session holds: reap waits there (seen in
+    pg_stat_activity) while the reservation commits. Sixty other lapsed
+    claims come before the job, so that its row is not among those reap
+    locked before it began settling them."""
+    with pg.connect() as client:
+        client.create_queue("q", max_attempts=1, dead_letter=False)
+        client.submit("q", "first", job_id="first")
+        client.submit("q", "dependent", job_id="dependent", depends_on=["first"])
+        client.submit_batch("q", [{"task": "filler"} for _ in range(60)])
+        client.submit("q", "target", job_id="target")
+        claims = client.claim_batch(["q"], "w", [fenceq.new_claim_token() for _ in range(62)],
+                                    lease=timedelta(hours=1))
+        by_id = {c.job_id: c for c in claims}
+        assert "first" in by_id and "target" in by_id and "dependent" not in by_id
+        order = [by_id["first"]] + [c for c in claims if c.job_id not in ("first", "target")]
+        for c in order:                                   # lapse in this order, target last
+            assert client.heartbeat(c.fence, lease=timedelta(milliseconds=1))
+        target = by_id["target"]
+        assert client.heartbeat(target.fence, lease=timedelta(seconds=3))
+        with psycopg.connect(pg.url) as worker_conn, psycopg.connect(pg.url) as locker:
+            worker = fenceq.connect(connection=worker_conn)
+            assert worker.reserve_dispatch(target.fence, BACKEND, "r1") is True    # in time, not committed
+            wait_until_past(client.get_job("target").lease_expires_at)
+            locker.execute("SELECT 1 FROM fenceq._jobs WHERE job_id = 'dependent' FOR UPDATE")
+            outcome = {}
+
+            def reap():
+                with pg.connect() as reaper:
+                    outcome["reap"] = reaper.reap()
+
+            thread = threading.Thread(target=reap)
+            thread.start()
+            wait_for_lock_waiters(pg)                      # reap waits on the dependent's row
+            worker_conn.commit()                           # the reservation commits
+            locker.rollback()
+        thread.join(60)
+        job = client.get_job("target")
+        assert (job.status, job.generation) == ("claimed", 1), (
+            f"reap settled ({job.status}) a job whose reservation, answered true, committed while it ran")
+        assert outcome["reap"].failed == 61
+        assert [d.job_id for d in client.dispatches()] == ["target"]
+
+
+@pytest.mark.parametrize("call", [
+    "fenceq.reserve_dispatch('j', 'w', 0, 't', '', 'r1')",
+    "fenceq.reserve_dispatch('j', 'w', 0, 't', 'ext', '')",
+    "fenceq.finalize_dispatch('j', 'w', 0, 't', '', 'x1')",
+    "fenceq.release_dispatch('j', '', 1, 't', '')",
+    "fenceq.replace_dispatch_ref('j', 'w', 1, '', '', 'x2')",
+])
+def test_a_malformed_fence_is_qf106_before_anything_else_in_sql(pg, call):
+    """design-v6.md: "a malformed fence raises QF106 before anything else,
+    a bad name QF102" — called in SQL, not through the client (which checks
+    the fence first on its own)."""
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(f"SELECT {call}")
+    assert info.value.sqlstate == "QF106"
+
+
+def test_a_backend_name_is_at_most_200_characters_in_sql(pg):
+    """design-v6.md: backend is "a name: 1–200 chars, QF102 otherwise"."""
+    with pg.connect() as client:
+        client.create_queue("q")
+        client.submit("q", "t")
+        c = client.claim_next(["q"], "w", fenceq.new_claim_token())
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        for call in ("SELECT fenceq.reserve_dispatch(%s, %s, %s, %s, %s, 'r1')",
+                     "SELECT * FROM fenceq.dispatch_repair_candidates(%s)"):
+            args = (c.job_id, c.owner_id, c.generation, c.claim_token, "b" * 201) if "reserve" in call \
+                else ("b" * 201,)
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(call, args)
+            assert info.value.sqlstate == "QF102", call
+        assert conn.execute("SELECT count(*) FROM fenceq.dispatches").fetchone()[0] == 0
