@@ -1297,6 +1297,11 @@ BEGIN
     LOOP
         v_now := clock_timestamp();
         CONTINUE WHEN v_job.status <> 'claimed' OR v_job.lease_expires_at > v_now;
+        -- A reservation may have committed after the scan's snapshot, before
+        -- the row lock was granted (reserve_dispatch locks the row without
+        -- changing it, so the lock wait re-reads nothing): ask again.
+        CONTINUE WHEN EXISTS (SELECT 1 FROM fenceq._dispatches AS d
+                               WHERE d.job_id = v_job.job_id AND d.generation = v_job.generation);
         v_left := v_left - 1;
         PERFORM fenceq._record_event(v_job.job_id, v_job.queue, 'reaped', v_job.generation, v_job.owner_id,
                                      jsonb_build_object('lease_expires_at', v_job.lease_expires_at));
