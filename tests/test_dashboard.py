@@ -69,6 +69,18 @@ def test_a_job_is_found_by_submission_id_with_both_generations(client, queue, we
     assert page(web, f"/jobs?job_id={job_id}", 302) and "No job has this id" in page(web, "/jobs?job_id=nope")
 
 
+def test_a_job_page_shows_its_timeline_where_the_queue_keeps_history(client, queue, web):
+    quiet = client.submit(queue, "t")
+    assert "keeps no history" in page(web, f"/jobs/{quiet}")
+    assert client.set_queue_history(queue, True)
+    job_id = taken_over_job(client, queue, "order-18")
+    html = page(web, f"/jobs/{job_id}")
+    timeline = html[html.index("<h2>Timeline</h2>"):html.index("<h2>Payload</h2>")]
+    events = re.findall(r"<td>(submitted|claimed|reaped|retried|completed)</td>", timeline)
+    assert events == [e.event for e in client.get_job_events(job_id)] and events[0] == "submitted"
+    assert events[-1] == "completed" and "worker-b" in timeline
+
+
 def test_payloads_are_escaped_and_clipped_and_claim_tokens_never_shown(client, queue, web):
     job_id = client.submit(queue, "t", {"html": "<script>alert(1)</script>", "tail": "x" * 10_000})
     token = fenceq.new_claim_token()

@@ -274,8 +274,10 @@ class Dashboard:
             letters = client.dead_letters_of(job_id)
             views = set(client.present_views())
             checkpoints = client.checkpoints(job_id) if "checkpoints" in views else None
+            # Version 6's history: none before it, and none where the queue keeps none.
+            events = client.get_job_events(job_id) if "job_events" in views else None
         return self._render(request, "job.html", job=job, attempts=attempts, letters=letters,
-                            checkpoints=checkpoints, views=views)
+                            checkpoints=checkpoints, views=views, events=events)
 
     def page_dead_letters(self, request: Request) -> Response:
         queue = request.args.get("queue", "").strip() or None
