@@ -58,7 +58,7 @@ ADDED = ("_requeue_at(fenceq._jobs, timestamptz)", "_check_requeue_priority(text
          "adopt_dispatch(text, text, text, text, text, interval)",
          "dispatch_repair_candidates(text, integer)",
          "_record_event(text, text, text, bigint, text, jsonb)", "_record_events(text[], text, jsonb)",
-         "_event_error(text)", "set_queue_history(text, boolean, interval)", "get_job_events(text)")
+         "set_queue_history(text, boolean, interval)", "get_job_events(text)")
 
 REFUSE_LOSS = """
 DO $$

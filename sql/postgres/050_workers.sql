@@ -941,7 +941,7 @@ BEGIN
         IF v_queue.history THEN
             PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'retried',
                 (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
-                jsonb_build_object('error', fenceq._event_error(v_error), 'retry_at', v_run_at));
+                jsonb_build_object('error', left(v_error, 2000), 'retry_at', v_run_at));
         END IF;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
@@ -959,7 +959,7 @@ BEGIN
     IF v_queue.history THEN
         PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'failed',
             (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
-            jsonb_build_object('error', fenceq._event_error(v_error)));
+            jsonb_build_object('error', left(v_error, 2000)));
         IF v_dlq_id IS NOT NULL THEN
             PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'dead_lettered',
                 (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,

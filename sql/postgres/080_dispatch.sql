@@ -15,14 +15,20 @@
 -- locked, or a row of NULLs.
 CREATE OR REPLACE FUNCTION fenceq._live_dispatch(job fenceq._jobs)
 RETURNS fenceq._dispatches
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT d.* FROM fenceq._dispatches AS d
+DECLARE
+    v_dispatch fenceq._dispatches;
+BEGIN
+    -- PL/pgSQL, so its plan is kept: release calls it on every release.
+    SELECT d.* INTO v_dispatch FROM fenceq._dispatches AS d
      WHERE d.job_id = (_live_dispatch.job).job_id AND d.generation = (_live_dispatch.job).generation
        AND (_live_dispatch.job).status = 'claimed';
+    RETURN v_dispatch;
+END
 $$;
 COMMENT ON FUNCTION fenceq._live_dispatch(fenceq._jobs) IS
     'Private. The live dispatch (claimed at the same generation) of a locked job row, or NULLs.';

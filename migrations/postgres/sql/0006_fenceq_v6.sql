@@ -1348,7 +1348,7 @@ BEGIN
         IF v_queue.history THEN
             PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'retried',
                 (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
-                jsonb_build_object('error', fenceq._event_error(v_error), 'retry_at', v_run_at));
+                jsonb_build_object('error', left(v_error, 2000), 'retry_at', v_run_at));
         END IF;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
@@ -1366,7 +1366,7 @@ BEGIN
     IF v_queue.history THEN
         PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'failed',
             (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
-            jsonb_build_object('error', fenceq._event_error(v_error)));
+            jsonb_build_object('error', left(v_error, 2000)));
         IF v_dlq_id IS NOT NULL THEN
             PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'dead_lettered',
                 (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
@@ -2019,14 +2019,20 @@ COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';
 -- locked, or a row of NULLs.
 CREATE OR REPLACE FUNCTION fenceq._live_dispatch(job fenceq._jobs)
 RETURNS fenceq._dispatches
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
-    SELECT d.* FROM fenceq._dispatches AS d
+DECLARE
+    v_dispatch fenceq._dispatches;
+BEGIN
+    -- PL/pgSQL, so its plan is kept: release calls it on every release.
+    SELECT d.* INTO v_dispatch FROM fenceq._dispatches AS d
      WHERE d.job_id = (_live_dispatch.job).job_id AND d.generation = (_live_dispatch.job).generation
        AND (_live_dispatch.job).status = 'claimed';
+    RETURN v_dispatch;
+END
 $$;
 COMMENT ON FUNCTION fenceq._live_dispatch(fenceq._jobs) IS
     'Private. The live dispatch (claimed at the same generation) of a locked job row, or NULLs.';
@@ -2394,20 +2400,25 @@ COMMENT ON VIEW fenceq.dispatches IS
 -- history, else nothing. generation and owner_id are the caller's to say
 -- (a fence that just ended is no longer on the row); an event of a job no
 -- claim holds (no owner) has no generation either. An error text in the
--- detail is the caller's to cut (_event_error).
+-- detail is the caller's to cut (2,000 characters).
+-- PL/pgSQL rather than SQL: a SECURITY DEFINER SQL function is never
+-- inlined, and PostgreSQL plans its body again on every call (measured:
+-- 208 µs a call against 24 µs for the insert; docs/performance.md).
 CREATE OR REPLACE FUNCTION fenceq._record_event(
     job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb DEFAULT '{}')
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
+BEGIN
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT _record_event.job_id, q.queue, clock_timestamp(), _record_event.event,
            CASE WHEN _record_event.owner_id IS NOT NULL THEN _record_event.generation END,
            _record_event.owner_id, coalesce(_record_event.detail, '{}')
       FROM fenceq._queues AS q
      WHERE q.queue = _record_event.queue AND q.history;
+END
 $$;
 COMMENT ON FUNCTION fenceq._record_event(text, text, text, bigint, text, jsonb) IS
     'Private. Write one history event of a job when its queue has history on; nothing otherwise.';
@@ -2419,10 +2430,11 @@ COMMENT ON FUNCTION fenceq._record_event(text, text, text, bigint, text, jsonb) 
 -- every other event gets `detail`.
 CREATE OR REPLACE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb DEFAULT '{}')
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
+BEGIN
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event,
            CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id,
@@ -2435,22 +2447,10 @@ AS $$
       JOIN fenceq._queues AS q ON q.queue = j.queue
      WHERE q.history
      ORDER BY e.ordinal;
+END
 $$;
 COMMENT ON FUNCTION fenceq._record_events(text[], text, jsonb) IS
     'Private. Write the same history event for each of these jobs whose queue has history on, with the generation and owner on its row.';
-
--- _event_error: an error text as events keep it (the job keeps it whole).
-CREATE OR REPLACE FUNCTION fenceq._event_error(error text)
-RETURNS text
-LANGUAGE sql
-IMMUTABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-AS $$
-    SELECT left(_event_error.error, 2000);
-$$;
-COMMENT ON FUNCTION fenceq._event_error(text) IS
-    'Private. An error text cut to the 2,000 characters a history event keeps.';
 
 -- set_queue_history: turn a queue's history on or off, and bound how long
 -- purge keeps its events (retention; NULL: as long as their job). Turning
