@@ -60,6 +60,16 @@ bench-peers: install
 	VENV=$(VENV) bench/peers_install
 	$(BIN)/python -m bench.peers --url $(BENCH_PG_URL) $(BENCH_PEERS_ARGS)
 
+# What version 6's job history costs (issue 26): version 5, version 6 with
+# history off and with it on, three databases on the bench server, rounds
+# interleaved: bench/runs/history-cost.{json,md}. About 5 minutes; not part of
+# `make bench`, which it would take past its budget.
+BENCH_HISTORY_ARGS ?= --jobs 20000 --single-jobs 2000 --rounds 6
+.PHONY: bench-history
+bench-history: install
+	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
+	$(BIN)/python -m bench.history_cost --url $(BENCH_PG_URL) $(BENCH_HISTORY_ARGS)
+
 # Server time line by line of PL/pgSQL (bench/plprofile.py), on its own
 # server with plprofiler preloaded. Not part of make test or make bench.
 PROFILE_ARGS ?=

@@ -113,6 +113,21 @@ def fenceq_version(conn) -> str:
     return conn.execute("SELECT fenceq.version()").fetchone()[0]
 
 
+def record_main(args, run, markdown) -> int:
+    """A recording bench's main: ``--markdown`` prints the tables of
+    ``--out``; otherwise ``run(args)`` makes the record, written to ``--out``
+    as JSON with its tables beside it (.md), so that the record and its
+    reading never disagree, and printed."""
+    if args.markdown:
+        print(markdown(json.loads(args.out.read_text(encoding="utf-8"))))
+        return 0
+    record = run(args)
+    args.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    args.out.with_suffix(".md").write_text(markdown(record) + "\n", encoding="utf-8")
+    print(markdown(record))
+    return 0
+
+
 # --- machine and server facts -------------------------------------------------
 
 SETTINGS = ["server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method",

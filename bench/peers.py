@@ -585,15 +585,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.markdown:
-        print(markdown(json.loads(args.out.read_text(encoding="utf-8"))))
-        return 0
-    record = run(args, log=lambda message: print(message, flush=True))
-    args.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    args.out.with_suffix(".md").write_text(markdown(record) + "\n", encoding="utf-8")
-    print(markdown(record))
-    return 0
+    return db.record_main(parse_args(argv), lambda args: run(args, log=lambda message: print(message, flush=True)),
+                          markdown)
 
 
 if __name__ == "__main__":
