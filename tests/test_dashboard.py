@@ -72,8 +72,9 @@ def test_a_job_is_found_by_submission_id_with_both_generations(client, queue, we
 def test_a_job_page_shows_its_timeline_where_the_queue_keeps_history(client, queue, web):
     quiet = client.submit(queue, "t")
     assert "keeps no history" in page(web, f"/jobs/{quiet}")
-    assert client.set_queue_history(queue, True)
-    job_id = taken_over_job(client, queue, "order-18")
+    client.create_queue("kept", **NO_BACKOFF)
+    assert client.set_queue_history("kept", True)
+    job_id = taken_over_job(client, "kept", "order-18")
     html = page(web, f"/jobs/{job_id}")
     timeline = html[html.index("<h2>Timeline</h2>"):html.index("<h2>Payload</h2>")]
     events = re.findall(r"<td>(submitted|claimed|reaped|retried|completed)</td>", timeline)

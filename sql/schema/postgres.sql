@@ -788,17 +788,6 @@ ALTER FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp w
 
 COMMENT ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) IS 'Private. Insert a dead letter for a failed job; returns its 32-hex id.';
 
-CREATE FUNCTION fenceq._event_error(error text) RETURNS text
-    LANGUAGE sql IMMUTABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$
-    SELECT left(_event_error.error, 2000);
-$$;
-
-ALTER FUNCTION fenceq._event_error(error text) OWNER TO fenceq_owner;
-
-COMMENT ON FUNCTION fenceq._event_error(error text) IS 'Private. An error text cut to the 2,000 characters a history event keeps.';
-
 CREATE FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) RETURNS text
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1062,12 +1051,18 @@ CREATE TABLE fenceq._dispatches (
 ALTER TABLE fenceq._dispatches OWNER TO fenceq_owner;
 
 CREATE FUNCTION fenceq._live_dispatch(job fenceq._jobs) RETURNS fenceq._dispatches
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
-    SELECT d.* FROM fenceq._dispatches AS d
+DECLARE
+    v_dispatch fenceq._dispatches;
+BEGIN
+    -- PL/pgSQL, so its plan is kept: release calls it on every release.
+    SELECT d.* INTO v_dispatch FROM fenceq._dispatches AS d
      WHERE d.job_id = (_live_dispatch.job).job_id AND d.generation = (_live_dispatch.job).generation
        AND (_live_dispatch.job).status = 'claimed';
+    RETURN v_dispatch;
+END
 $$;
 
 ALTER FUNCTION fenceq._live_dispatch(job fenceq._jobs) OWNER TO fenceq_owner;
@@ -1342,15 +1337,17 @@ ALTER FUNCTION fenceq._raise(code text, message text) OWNER TO fenceq_owner;
 COMMENT ON FUNCTION fenceq._raise(code text, message text) IS 'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
 
 CREATE FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb DEFAULT '{}'::jsonb) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
+BEGIN
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT _record_event.job_id, q.queue, clock_timestamp(), _record_event.event,
            CASE WHEN _record_event.owner_id IS NOT NULL THEN _record_event.generation END,
            _record_event.owner_id, coalesce(_record_event.detail, '{}')
       FROM fenceq._queues AS q
      WHERE q.queue = _record_event.queue AND q.history;
+END
 $$;
 
 ALTER FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb) OWNER TO fenceq_owner;
@@ -1358,9 +1355,10 @@ ALTER FUNCTION fenceq._record_event(job_id text, queue text, event text, generat
 COMMENT ON FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb) IS 'Private. Write one history event of a job when its queue has history on; nothing otherwise.';
 
 CREATE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb DEFAULT '{}'::jsonb) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
+BEGIN
     INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
     SELECT j.job_id, j.queue, clock_timestamp(), _record_events.event,
            CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id,
@@ -1373,6 +1371,7 @@ CREATE FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb D
       JOIN fenceq._queues AS q ON q.queue = j.queue
      WHERE q.history
      ORDER BY e.ordinal;
+END
 $$;
 
 ALTER FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb) OWNER TO fenceq_owner;
@@ -1453,7 +1452,7 @@ BEGIN
         IF v_queue.history THEN
             PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'retried',
                 (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
-                jsonb_build_object('error', fenceq._event_error(v_error), 'retry_at', v_run_at));
+                jsonb_build_object('error', left(v_error, 2000), 'retry_at', v_run_at));
         END IF;
         -- Also for a later run: idle workers re-read next_due on the hint
         -- (the failing worker may be busy, stopping, or a reaper).
@@ -1471,7 +1470,7 @@ BEGIN
     IF v_queue.history THEN
         PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'failed',
             (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
-            jsonb_build_object('error', fenceq._event_error(v_error)));
+            jsonb_build_object('error', left(v_error, 2000)));
         IF v_dlq_id IS NOT NULL THEN
             PERFORM fenceq._record_event((_retry_or_fail.job).job_id, v_queue.queue, 'dead_lettered',
                 (_retry_or_fail.job).generation, (_retry_or_fail.job).owner_id,
@@ -4941,8 +4940,6 @@ REVOKE ALL ON FUNCTION fenceq._cron_step(schedule fenceq._schedules, instant tim
 REVOKE ALL ON FUNCTION fenceq._cron_value(token text, what text, low integer, high integer, names text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now timestamp with time zone) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION fenceq._event_error(error text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
