@@ -34,7 +34,7 @@ RELEASED = {
     "migrations/sqlite/0005_fenceq_v5.py": "be1824bdd6a4a22a9b3523b7edb75c3eeaf0a9c0c014a83b43bc9e08c1ccf3b2",
     "migrations/sqlite/sql/0005_fenceq_v5.sql": "523a3afb8c8342fe98299e4a1b11ead8843916526b6d1fb8be32b9a11e11bebb",
     "migrations/postgres/0006_fenceq_v6.py": "4efe3e0825e31ce2a5ed68fda935eeef8eeaaeb9d4fe6f8d5220712d7d4efa2a",
-    "migrations/postgres/sql/0006_fenceq_v6.sql": "362a798701270e7e986144f6889085767982e849fbda128d40836b1d0d85107c",
+    "migrations/postgres/sql/0006_fenceq_v6.sql": "d4a3e02a08ab45af64925565c3c38336c9f5cb3fc0cb704e68ce739f9f5edc10",
     "migrations/sqlite/0006_fenceq_v6.py": "3479ef1143a045c7701682814fc38efe7d346ec2a538a908f5678809c35e5d3f",
     "migrations/sqlite/sql/0006_fenceq_v6.sql": "a452e723851c6c32ae96c955b6d6eeca25e035e3e63751f19828fa90b922abc4",
 }

@@ -1386,40 +1386,30 @@ CREATE FUNCTION fenceq._requeue_at(job fenceq._jobs, now timestamp with time zon
 #variable_conflict use_column
 DECLARE
     v_queue fenceq._queues;
-    v_edge timestamptz;
+    v_earliest timestamptz;
+    v_latest timestamptz;
 BEGIN
     SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = (_requeue_at.job).queue;
-    IF v_queue.requeue_priority = 'first' THEN
-        -- Each half of the claim index (ready, waiting apart) read at its head.
-        SELECT min(e.run_at) INTO v_edge FROM (
-            (SELECT j.run_at FROM fenceq._jobs AS j
-              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
-                AND j.priority = (_requeue_at.job).priority
-              ORDER BY j.run_at LIMIT 1)
-            UNION ALL
-            (SELECT j.run_at FROM fenceq._jobs AS j
-              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
-                AND j.priority = (_requeue_at.job).priority
-              ORDER BY j.run_at LIMIT 1)) AS e;
-        RETURN least(_requeue_at.now, v_edge - interval '1 microsecond');
-    ELSIF v_queue.requeue_priority = 'last' THEN
-        SELECT max(e.run_at) INTO v_edge FROM (
-            (SELECT j.run_at FROM fenceq._jobs AS j
-              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
-                AND j.priority = (_requeue_at.job).priority
-              ORDER BY j.run_at DESC LIMIT 1)
-            UNION ALL
-            (SELECT j.run_at FROM fenceq._jobs AS j
-              WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled
-                AND j.priority = (_requeue_at.job).priority
-                AND j.run_at < 'infinity'  -- a job waiting on dependencies has no due time yet
-              ORDER BY j.run_at DESC LIMIT 1)) AS e;
-        RETURN least(greatest(
-            _requeue_at.now + fenceq._backoff((_requeue_at.job).attempts, v_queue.backoff_base,
-                                              v_queue.backoff_factor, v_queue.backoff_max),
-            v_edge + interval '1 microsecond'), timestamptz '9999-12-31 23:59:59.999999+00');
+    IF v_queue.requeue_priority = 'keep' THEN
+        RETURN NULL;
     END IF;
-    RETURN NULL;
+    -- The ends of the queue's pending jobs of this priority: each half of the
+    -- claim index (ready, waiting apart) read at both ends. A job waiting on
+    -- dependencies (run_at 'infinity') has no due time yet.
+    SELECT min(e.earliest), max(e.latest) INTO v_earliest, v_latest
+      FROM (VALUES (false), (true)) AS s(scheduled)
+     CROSS JOIN LATERAL (
+        SELECT min(j.run_at) AS earliest, max(j.run_at) AS latest
+          FROM fenceq._jobs AS j
+         WHERE j.queue = v_queue.queue AND j.status = 'pending' AND j.scheduled = s.scheduled
+           AND j.priority = (_requeue_at.job).priority AND j.run_at < 'infinity') AS e;
+    IF v_queue.requeue_priority = 'first' THEN
+        RETURN least(_requeue_at.now, v_earliest - interval '1 microsecond');
+    END IF;
+    RETURN least(greatest(
+        _requeue_at.now + fenceq._backoff((_requeue_at.job).attempts, v_queue.backoff_base,
+                                          v_queue.backoff_factor, v_queue.backoff_max),
+        v_latest + interval '1 microsecond'), timestamptz '9999-12-31 23:59:59.999999+00');
 END
 $$;
 
