@@ -56,7 +56,9 @@ class PageRun:
         self.folder = folder
         self.database_url = database_url
         bin_dir = str(Path(sys.executable).parent)
-        self.env = {name: value for name, value in os.environ.items() if not name.startswith("FENCEQ_")}
+        # A newcomer's shell: none of this run's fenceq or pytest settings.
+        self.env = {name: value for name, value in os.environ.items()
+                    if not name.startswith(("FENCEQ_", "PYTEST_"))}
         self.env["PATH"] = bin_dir + os.pathsep + self.env.get("PATH", "")
         self.workers: list[tuple[subprocess.Popen, Path]] = []
         self.tests_defined = 0
