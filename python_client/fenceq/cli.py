@@ -3,7 +3,8 @@
 Every command takes ``--url`` (default $FENCEQ_DATABASE_URL, else the embedded
 SQLite file ./fenceq.db). Commands that act on something name it as a
 subcommand and its argument (``fenceq queue pause NAME``, ``fenceq dlq replay
-ID``). ``stats``, ``job`` and ``dlq list`` print JSON with ``--json``. A user
+ID``). ``stats``, ``job`` and ``dlq list`` print JSON with ``--json``;
+``stats --since 1h`` prints ``activity()``'s buckets instead of ``queue_stats``. A user
 mistake or a refused operation prints one line on stderr and exits non-zero;
 never a traceback. The guarantees behind each command are in
 docs/guarantees.md.
@@ -94,13 +95,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with connect(args.url) as client:
-        stats = client.stats()
-    if args.json:
-        _print_json(stats)
+    if args.since is None:
+        if args.bucket is not None:
+            raise UserError("--bucket needs --since")
+        with connect(args.url) as client:
+            stats = [s for s in client.stats() if args.queue in (None, s.queue)]
+        if args.json:
+            _print_json(stats)
+            return 0
+        columns = ["queue", "pending", "due", "claimed", "cancel_requested", "oldest_due_age", "paused", "notify"]
+        print(_table([{c: getattr(s, c) for c in columns} for s in stats], columns))
         return 0
-    columns = ["queue", "pending", "due", "claimed", "cancel_requested", "oldest_due_age", "paused", "notify"]
-    print(_table([{c: getattr(s, c) for c in columns} for s in stats], columns))
+    with connect(args.url) as client:
+        buckets = client.activity(queue=args.queue, since=args.since, bucket=args.bucket)
+    if args.json:
+        _print_json(buckets)
+        return 0
+    from .dashboard.charts import duration_text
+
+    rows = []
+    for bucket in buckets:
+        row = {f.name: getattr(bucket, f.name) for f in dataclasses.fields(bucket)}
+        row["bucket_start"] = bucket.bucket_start.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
+        rows.append({name: duration_text(value.total_seconds()) if isinstance(value, timedelta) else value
+                     for name, value in row.items()})
+    columns = [f.name for f in dataclasses.fields(buckets[0])] if buckets else ["bucket_start"]
+    print(_table(rows, columns))
     return 0
 
 
@@ -656,7 +676,12 @@ def build_parser() -> argparse.ArgumentParser:
     sql.set_defaults(handler=cmd_sql)
     sql.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
     command("verify", cmd_verify, "run verify_schema; exit 1 when a check fails")
-    with_json(command("stats", cmd_stats, "per-queue counts"))
+    stats = with_json(command("stats", cmd_stats, "per-queue counts; with --since, activity over time per bucket"))
+    stats.add_argument("--since", type=duration, help="activity over this last stretch (e.g. 1h, 2d, 7d) from "
+                       "activity(): counts, depth, wait and run p50/p95 per bucket")
+    stats.add_argument("--bucket", type=duration, help="with --since: bucket size, a whole number of minutes "
+                       "(default: 1 minute up to 2 hours, 15 minutes up to 2 days, 1 hour beyond)")
+    stats.add_argument("--queue", help="only this queue (with --since: unknown_queue when there is none)")
 
     queue = command("queue", None, "declare, pause or resume a queue")
     queue_commands = queue.add_subparsers(dest="action", required=True, metavar="ACTION")

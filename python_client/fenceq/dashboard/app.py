@@ -5,6 +5,11 @@ reads of ``backends/protocol.py``: keyset pages, each driven by an index,
 on PostgreSQL and SQLite alike. Nothing is cached: a page shows the
 database as it is when loaded.
 
+Version 7's operator's view (docs/design-v7.md) adds, where the schema has
+it, charts of ``activity()`` drawn as SVG on the server (``charts.py``), a
+bounded ``search_jobs`` with paging, and bulk retry, cancel and replay of
+dead letters for a selection or for everything a filter matches.
+
 Safety: pages are escaped by Jinja2's autoescape, payloads and errors are
 clipped, and no page shows a claim token (no view the dashboard reads has
 one). Actions exist only with ``allow_actions``, as POST forms whose CSRF
@@ -28,6 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Iterator
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 from werkzeug.exceptions import BadRequest, Forbidden, HTTPException, NotFound
 from werkzeug.middleware.shared_data import SharedDataMiddleware
 from werkzeug.routing import Map, Rule
@@ -36,9 +42,10 @@ from werkzeug.wrappers import Request, Response
 
 from ..backends.protocol import FINISHED_STATUSES, OPTIONAL_VIEWS
 from ..client import Client, connect, resolve_url
-from ..errors import FenceqError, PersistenceFailed
+from ..errors import ConfigError, FenceqError, PersistenceFailed
 from ..observability.endpoints import serve, stop
 from ..types import Job
+from . import charts
 from .format import FILTERS
 
 PAGE = 50
@@ -46,6 +53,14 @@ CSRF_COOKIE = "fenceq_csrf"
 # How far back a search of finished jobs walks the finished_at index.
 WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 STATUSES = ("claimed", "pending", "finished") + FINISHED_STATUSES
+# The activity page's ranges: activity() picks the bucket (1 minute, 15 minutes, 1 hour).
+RANGES = {"1h": ("last hour", timedelta(hours=1)), "1d": ("last day", timedelta(days=1)),
+          "7d": ("last week", timedelta(days=7))}
+SEARCH_STATUSES = ("pending", "claimed") + FINISHED_STATUSES
+SEARCH_WINDOWS = {"": None, **WINDOWS}
+SEARCH_FIELDS = ("queue", "status", "task", "payload", "error", "prefix", "window")
+BULK_ROWS = 1000          # a bulk action's default max_rows
+MAX_BULK_ROWS = 100_000
 # What an action's redirect says (chosen by key: no text of the request is echoed).
 NOTICES = {
     "replayed": "Dead letter replayed: the job is pending again, with a fresh attempt budget.",
@@ -57,7 +72,18 @@ NOTICES = {
     "cancel_requested": "Cancel requested: the running handler is told and the worker acknowledges it.",
     "cancelled": "Job cancelled.",
     "cancel-refused": "The job is not pending or running: nothing to cancel.",
+    # Bulk actions: {changed} is the count the SQL answered (a number read back from the redirect).
+    "retried": "{changed} waiting for a retry made due now.",
+    "cancelled-jobs": "{changed} cancelled (a running one is asked to stop, or stopped with force).",
+    "replayed-letters": "{changed} replayed from their dead letters: pending again, with a fresh attempt budget.",
 }
+# A bulk action: the client method, the notice, and the filters it takes besides the queue.
+BULK_ACTIONS = {
+    "retry_jobs": ("retried", ("task", "payload_contains", "error_contains")),
+    "cancel_jobs": ("cancelled-jobs", ("task", "payload_contains")),
+    "replay_dead_letters": ("replayed-letters", ("task", "payload_contains", "error_contains")),
+}
+BULK_LABELS = {"retry_jobs": "Retry now", "cancel_jobs": "Cancel", "replay_dead_letters": "Replay dead letters"}
 HEADERS = {
     # No script at all, assets from here only, no framing.
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -95,9 +121,13 @@ class Dashboard:
             Rule("/dead-letters", endpoint="dead_letters"),
             Rule("/schedules", endpoint="schedules"),
             Rule("/locks", endpoint="locks"),
+            Rule("/activity", endpoint="activity"),
+            Rule("/search", endpoint="search"),
             # Actions name their target in the form, beside the CSRF token.
             *(Rule(f"/actions/{name}", endpoint=name, methods=["POST"])
               for name in ("replay", "discard", "cancel", "pause", "resume")),
+            *(Rule(f"/actions/{name}", endpoint="bulk", defaults={"action": name}, methods=["POST"])
+              for name in BULK_ACTIONS),
         ])
         self._wsgi = SharedDataMiddleware(self._respond, {"/static": ("fenceq.dashboard", "static")},
                                           cache_timeout=3600)
@@ -164,10 +194,12 @@ class Dashboard:
 
     def _render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
         views = context.pop("views", None)
+        operator_view = context.pop("operator_view", None)
         if views is None:
             with contextlib.suppress(FenceqError):
                 with self._db() as client:
                     views = set(client.present_views())
+                    operator_view = _has_operator_view(client)
         lag = None  # how far behind the replica the pages read from is
         if self.read_url is not None:
             with contextlib.suppress(FenceqError):
@@ -177,8 +209,8 @@ class Dashboard:
         token = self._csrf_token(request, response) if self.allow_actions else ""
         response.set_data(self.templates.get_template(template).render(
             request=request, actions=self.allow_actions, csrf=token, views=views or set(),
-            replica=self.read_url is not None, replica_lag=lag,
-            optional_views=OPTIONAL_VIEWS, notice=NOTICES.get(request.args.get("notice", "")), **context))
+            replica=self.read_url is not None, replica_lag=lag, operator_view=bool(operator_view),
+            optional_views=OPTIONAL_VIEWS, notice=_notice(request.args), **context))
         response.status_code = status
         return response
 
@@ -199,7 +231,7 @@ class Dashboard:
         """The action's target (a form field), once the action is allowed and its token is good."""
         if not self.allow_actions:
             raise Forbidden("This dashboard is read-only: start it with --allow-actions (and a role granted "
-                            "fenceq_admin) to replay, discard, cancel, pause or resume.")
+                            "fenceq_admin) to replay, discard, cancel, retry, pause or resume.")
         cookie = request.cookies.get(CSRF_COOKIE, "")
         expected = hmac.new(self._secret, cookie.encode(), hashlib.sha256).hexdigest()
         if not cookie or not hmac.compare_digest(expected, request.form.get("csrf", "")):
@@ -312,6 +344,70 @@ class Dashboard:
         next_after = _encode_cursor([name(rows[PAGE - 1])]) if len(rows) > PAGE else None
         return self._render(request, f"{view}.html", rows=rows[:PAGE], next_after=next_after, views=views)
 
+    def page_activity(self, request: Request) -> Response:
+        queue = request.args.get("queue", "").strip() or None
+        span = request.args.get("range", "1h")
+        if span not in RANGES:
+            raise BadRequest("unknown range")
+        with self._db() as client:
+            _require_operator_view(client)
+            queues = [row.queue for row in client.queue_overview()]
+            buckets = client.activity(queue=queue, since=RANGES[span][1])
+        subject = f"queue {queue}" if queue else "all queues"
+        panels = [(chart, charts.title(chart, buckets),
+                   Markup(charts.svg(chart, buckets, chart_id=f"chart-{chart.name}", subject=subject)),
+                   charts.figures(chart, buckets, subject=subject)) for chart in charts.CHARTS]
+        return self._render(request, "activity.html", queue=queue or "", queues=queues, span=span, ranges=RANGES,
+                            panels=panels, operator_view=True)
+
+    def page_search(self, request: Request) -> Response:
+        form = {name: request.args.get(name, "").strip() for name in SEARCH_FIELDS}
+        if form["status"] not in ("",) + SEARCH_STATUSES or form["window"] not in SEARCH_WINDOWS:
+            raise BadRequest("unknown status or window")
+        before = request.args.get("before", "")
+        if before and not before.isdigit():
+            raise BadRequest("the page cursor is malformed")
+        searched = any(form.values())
+        jobs: list = []
+        next_before = None
+        message = None
+        with self._db() as client:
+            _require_operator_view(client)
+            queues = [row.queue for row in client.queue_overview()]
+            if searched:
+                try:
+                    window = SEARCH_WINDOWS[form["window"]]
+                    payload = _json_filter(form["payload"])
+                    page = client.search_jobs(
+                        queue=form["queue"] or None, status=form["status"] or None, task=form["task"] or None,
+                        payload_contains=payload, error_contains=form["error"] or None,
+                        submission_prefix=form["prefix"] or None,
+                        since=None if window is None else datetime.now(timezone.utc) - window,
+                        before_seq=int(before) if before else None, max_rows=PAGE)
+                    jobs, next_before = page.jobs, page.next_before_seq
+                except BadRequest as error:
+                    message = error.description
+                except ConfigError as error:  # a search the SQL refuses: say why beside the form
+                    message = str(error)
+        bulk = self._bulk_filter(form) if self.allow_actions and form["queue"] else None
+        return self._render(request, "search.html", form=form, jobs=jobs, next_before=next_before,
+                            searched=searched, message=message, queues=queues, statuses=SEARCH_STATUSES,
+                            windows=list(SEARCH_WINDOWS), bulk=bulk, back=_search_query(form),
+                            max_bulk_rows=MAX_BULK_ROWS, bulk_rows=BULK_ROWS, bulk_labels=BULK_LABELS,
+                            page_size=PAGE, operator_view=True)
+
+    @staticmethod
+    def _bulk_filter(form: dict[str, str]) -> dict[str, Any]:
+        """What "everything this filter matches" sends, per action: the
+        search's task, payload and error filters that the action takes (the
+        action's own rule picks the states; status, window and submission
+        prefix are the search's only). An action is offered only when it
+        would apply every filter of the search that it could narrow by."""
+        filters = {"task": form["task"], "payload_contains": form["payload"], "error_contains": form["error"]}
+        given = {name for name, value in filters.items() if value}
+        return {"filters": {name: filters[name] for name in sorted(given)},
+                "actions": [name for name, (_, takes) in BULK_ACTIONS.items() if given and given <= set(takes)]}
+
     # Actions (POST, CSRF-checked, then redirect: reloading the result repeats nothing)
 
     def page_replay(self, request: Request) -> Response:
@@ -345,9 +441,85 @@ class Dashboard:
             changed = client.pause_queue(queue) if pause else client.resume_queue(queue)
         return redirect("/queues?notice=" + (("paused" if pause else "resumed") if changed else "unchanged"), 303)
 
+    def page_bulk(self, request: Request, action: str) -> Response:
+        """A bulk action on one queue: the checked jobs (scope=selected) or
+        everything its filter matches (scope=filter); one SQL call, which
+        answers how many jobs it changed."""
+        queue = self._check_action(request, "queue")
+        form = request.form
+        notice, takes = BULK_ACTIONS[action]
+        arguments: dict[str, Any] = {"max_rows": _bulk_rows(form.get("max_rows", ""))}
+        if form.get("scope") == "selected":
+            arguments["job_ids"] = form.getlist("job_id")
+            if not arguments["job_ids"]:
+                raise BadRequest("no job is selected: tick the jobs to act on")
+        elif form.get("scope") == "filter":
+            filters = {"task": form.get("task", "").strip() or None,
+                       "payload_contains": _json_filter(form.get("payload_contains", "").strip()),
+                       "error_contains": form.get("error_contains", "").strip() or None}
+            if any(value is not None for name, value in filters.items() if name not in takes):
+                raise BadRequest("this action cannot narrow by every filter given: it would do more than asked")
+            arguments.update({name: filters[name] for name in takes})
+        else:
+            raise BadRequest("the form names no scope (selected or filter)")
+        if action == "cancel_jobs":
+            arguments["include_claimed"] = form.get("include_claimed") == "1"
+            arguments["force"] = form.get("force") == "1"
+        with self._writer() as client:
+            changed = getattr(client, action)(queue, **arguments)
+        back = _search_query({name: form.get("back_" + name, "") for name in SEARCH_FIELDS})
+        return redirect(f"/search?{back}notice={notice}&changed={int(changed)}", 303)
+
 
 def job_path(job_id: str) -> str:
     return "/jobs/" + urllib.parse.quote(job_id)
+
+
+def _has_operator_view(client: Client) -> bool:
+    """Whether the schema has version 7's activity, search and bulk actions."""
+    return int(client.version()) >= 7
+
+
+def _require_operator_view(client: Client) -> None:
+    if not _has_operator_view(client):
+        raise NotFound("This database's schema predates the activity charts and the search (schema version 7 "
+                       "adds them: fenceq migrate).")
+
+
+def _notice(args: Any) -> str | None:
+    """The notice a redirect names by key; a bulk action's count is read back as a number, nothing else."""
+    text = NOTICES.get(args.get("notice", ""))
+    if text is None or "{changed}" not in text:
+        return text
+    changed = args.get("changed", "")
+    if not changed.isdigit():
+        return None
+    return text.format(changed=f"{int(changed):,} job" + ("" if int(changed) == 1 else "s"))
+
+
+def _json_filter(text: str) -> Any:
+    """A payload filter typed into a form: JSON, or None when empty."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise BadRequest("the payload filter is not valid JSON (e.g. {\"customer\": 42})") from None
+
+
+def _bulk_rows(text: str) -> int:
+    if not text:
+        return BULK_ROWS
+    if not text.isdigit() or not 1 <= int(text) <= MAX_BULK_ROWS:
+        raise BadRequest(f"at most must be a whole number from 1 to {MAX_BULK_ROWS:,}")
+    return int(text)
+
+
+def _search_query(form: dict[str, str]) -> str:
+    """The search's own fields as a query string, ending in "&" when there is
+    one (a bulk action returns to it)."""
+    query = urllib.parse.urlencode({name: form[name] for name in SEARCH_FIELDS if form.get(name)})
+    return query + "&" if query else ""
 
 
 # Keyset cursors travel as base64url JSON lists of the last row's sort key.

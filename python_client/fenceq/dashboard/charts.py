@@ -85,13 +85,13 @@ class Figures:
 def svg(chart: Chart, buckets: Sequence[Any], *, chart_id: str, subject: str = "all queues") -> str:
     """The chart of ``buckets`` (oldest first) as an inline ``<svg>`` element;
     ``chart_id`` makes its element ids unique in the page."""
-    title = f"{_title(chart, buckets)}, {subject}"
+    name = f"{title(chart, buckets)}, {subject}"
     values = [[_value(chart, getattr(b, s.column)) for b in buckets] for s in chart.series]
     known = [v for column in values for v in column if v is not None]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {WIDTH} {HEIGHT}"'
            f' width="{WIDTH}" height="{HEIGHT}" role="img"'
            f' aria-labelledby="{chart_id}-title {chart_id}-desc" data-chart={quoteattr(chart.name)}>',
-           f'<title id="{chart_id}-title">{escape(title)}</title>',
+           f'<title id="{chart_id}-title">{escape(name)}</title>',
            f'<desc id="{chart_id}-desc">{escape(describe(chart, buckets))}</desc>']
     top, step = _scale(chart, max(known, default=0))
     out += _frame(chart, buckets, top, step)
@@ -116,7 +116,7 @@ def figures(chart: Chart, buckets: Sequence[Any], *, subject: str = "all queues"
     rows = [(_when(b.bucket_start),) + tuple(_cell(chart, getattr(b, s.column)) for s in chart.series)
             for b in buckets]
     headers = ("bucket start (UTC)",) + tuple(_series_name(chart, s) for s in chart.series)
-    return Figures(f"{_title(chart, buckets)}, {subject}: figures", headers, rows)
+    return Figures(f"{title(chart, buckets)}, {subject}: figures", headers, rows)
 
 
 def describe(chart: Chart, buckets: Sequence[Any]) -> str:
@@ -303,20 +303,21 @@ def _cell(chart: Chart, raw: Any) -> str:
     if raw is None:
         return "—"
     if chart.unit == "duration":
-        return _duration(_value(chart, raw))
+        return duration_text(_value(chart, raw))
     return f"{int(raw):,}"
 
 
 def _axis_label(chart: Chart, value: float) -> str:
     if chart.unit == "duration":
-        return _duration(value)
+        return duration_text(value)
     for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= size:
             return f"{value / size:.3g}{suffix}"
     return f"{value:.0f}"
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """A duration in its largest whole unit, three significant digits: '120 ms', '1.5 min'."""
     if seconds == 0:
         return "0"
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
@@ -329,7 +330,8 @@ def _series_name(chart: Chart, series: Series) -> str:
     return {"wait": "wait ", "run": "run "}.get(chart.name, "") + series.label
 
 
-def _title(chart: Chart, buckets: Sequence[Any]) -> str:
+def title(chart: Chart, buckets: Sequence[Any]) -> str:
+    """The chart's title, naming its bucket size ("Jobs per 15 minutes")."""
     return chart.title.format(bucket=_bucket_words(buckets))
 
 
