@@ -5,17 +5,17 @@ from .errors import (ClaimConflict, ConfigError, ErrorCode, FenceqError, Persist
                      SubmissionConflict)
 from .locks import LockBusy, LockLost
 from .tasks import JobHandle, Task, TaskCancelled, TaskError, TaskExpired, TaskFailed, TaskMissing
-from .types import (Attempt, Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job, JobEvent,
-                    QueueStats, ReapResult, Schedule, SchemaCheck, new_claim_token)
+from .types import (ActivityBucket, Attempt, Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job,
+                    JobEvent, JobPage, QueueStats, ReapResult, Schedule, SchemaCheck, SearchedJob, new_claim_token)
 from .waiting import WaitTimeout
 from .worker import (App, AsyncJobContext, Dispatched, JobCancelled, JobContext, LeaseLost, NonRetryable, PollResult,
                      Reconciler, Worker)
 
 __all__ = [
-    "App", "AsyncClient", "AsyncJobContext", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client",
+    "ActivityBucket", "App", "AsyncClient", "AsyncJobContext", "Attempt", "Claim", "ClaimConflict", "ClaimState", "Client",
     "ConfigError", "DeadLetter", "Dispatch", "DispatchCandidate", "Dispatched", "ErrorCode", "Fence", "FenceqError",
-    "Job", "JobCancelled", "JobContext", "JobEvent", "LeaseLost", "LockBusy", "LockLost", "NonRetryable",
-    "PersistenceFailed", "PollResult", "QueueStats", "ReapResult", "Reconciler", "SchemaCheck",
+    "Job", "JobCancelled", "JobContext", "JobEvent", "JobPage", "LeaseLost", "LockBusy", "LockLost", "NonRetryable",
+    "PersistenceFailed", "PollResult", "QueueStats", "ReapResult", "Reconciler", "SchemaCheck", "SearchedJob",
     "SubmissionConflict", "Worker", "connect", "connect_async", "new_claim_token",
     "Schedule", "WaitTimeout", "JobHandle", "Task", "TaskCancelled", "TaskError", "TaskExpired", "TaskFailed",
     "TaskMissing",

@@ -22,7 +22,8 @@ from .backends import protocol as reads
 from .backends.migrations import migrate
 from .errors import config_error
 from .locks import AsyncHeldLock, HeldLock
-from .types import Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job, JobEvent, Schedule
+from .types import (ActivityBucket, Claim, ClaimState, DeadLetter, Dispatch, DispatchCandidate, Fence, Job,
+                    JobEvent, JobPage, Schedule)
 from .waiting import Waiter
 
 __all__ = ["AsyncClient", "AsyncTransaction", "Client", "Transaction", "backend_of", "connect", "connect_async", "resolve_url"]
@@ -48,6 +49,10 @@ class _Operations:
         return self._backend.name
 
     def _call(self, op: ops.Op) -> Any:
+        raise NotImplementedError
+
+    def _call_then(self, op: ops.Op, finish: Callable[[Any], Any]) -> Any:
+        """``_call``, then ``finish`` on its answer (awaited first by the async clients)."""
         raise NotImplementedError
 
     # Queues
@@ -228,6 +233,54 @@ class _Operations:
     def verify_schema(self):
         return self._call(ops.verify_schema())
 
+    # The operator's view over time (docs/design-v7.md)
+    def sample_activity(self, *, max_minutes: int | None = None, keep: timedelta | None = None) -> int:
+        """Write each queue's closed minutes since its last sample (at most
+        ``max_minutes``, default 60) and delete samples older than ``keep``
+        (default 8 days); how many rows were written. The worker's
+        maintenance calls it."""
+        return self._call(ops.sample_activity(max_minutes, keep))
+
+    def activity(self, *, queue: str | None = None, since: timedelta = timedelta(hours=1),
+                 bucket: timedelta | None = None) -> list[ActivityBucket]:
+        """One queue's (or, without ``queue``, all queues') activity over
+        the last ``since``, oldest bucket first, every bucket of the range."""
+        return self._call(ops.activity(queue, since, bucket))
+
+    def search_jobs(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
+                    payload_contains: Any = None, error_contains: str | None = None,
+                    submission_prefix: str | None = None, since: datetime | None = None,
+                    until: datetime | None = None, before_seq: int | None = None, max_rows: int = 50,
+                    max_scan: int = 10_000) -> JobPage:
+        """Jobs newest first, bounded by an index (a submission prefix, a
+        live status, or a window of finished jobs with a terminal status or
+        ``error_contains``); the next page with ``before_seq=page.next_before_seq``."""
+        return self._call_then(ops.search_jobs(queue, status, task, payload_contains, error_contains,
+                                               submission_prefix, since, until, before_seq, max_rows, max_scan),
+                               JobPage.of)
+
+    def retry_jobs(self, queue: str, *, job_ids: Sequence[str] | None = None, task: str | None = None,
+                   payload_contains: Any = None, error_contains: str | None = None, max_rows: int = 1_000) -> int:
+        """Make the queue's jobs waiting for a retry due now: those of
+        ``job_ids`` and/or matching the filter; how many changed."""
+        return self._call(ops.retry_jobs(queue, job_ids, task, payload_contains, error_contains, max_rows))
+
+    def cancel_jobs(self, queue: str, *, job_ids: Sequence[str] | None = None, task: str | None = None,
+                    payload_contains: Any = None, include_claimed: bool = False, force: bool = False,
+                    max_rows: int = 1_000) -> int:
+        """``cancel_matching``'s rule on ``job_ids`` and/or a filter, each
+        change recorded as an event; how many changed."""
+        return self._call(ops.cancel_jobs(queue, job_ids, task, payload_contains, include_claimed, force,
+                                          max_rows))
+
+    def replay_dead_letters(self, queue: str, *, job_ids: Sequence[str] | None = None, task: str | None = None,
+                            payload_contains: Any = None, error_contains: str | None = None,
+                            max_rows: int = 1_000) -> int:
+        """Replay the unhandled dead letters of the queue's failed jobs of
+        ``job_ids`` and/or matching the filter; how many jobs changed."""
+        return self._call(ops.replay_dead_letters(queue, job_ids, task, payload_contains, error_contains,
+                                                  max_rows))
+
     # Schedules
     def set_schedule(self, schedule: str, queue: str, task: str, cron: str, payload: Any = None, *,
                      time_zone: str = "UTC", priority: int | None = None, max_attempts: int | None = None,
@@ -298,6 +351,9 @@ class Client(_Operations):
     def _call(self, op: ops.Op) -> Any:
         return self._backend.run(op)
 
+    def _call_then(self, op: ops.Op, finish: Callable[[Any], Any]) -> Any:
+        return finish(self._backend.run(op))
+
     def wait(self, job_id: str, *, timeout: float | timedelta | None = None) -> Job | None:
         """The job once it is terminal (None when there is no such job),
         ``TimeoutError`` (``waiting.WaitTimeout``) after ``timeout``
@@ -350,6 +406,9 @@ class AsyncClient(_Operations):
     async def _call(self, op: ops.Op) -> Any:
         return await self._backend.run(op)
 
+    async def _call_then(self, op: ops.Op, finish: Callable[[Any], Any]) -> Any:
+        return finish(await self._backend.run(op))
+
     async def wait(self, job_id: str, *, timeout: float | timedelta | None = None) -> Job | None:
         return await Waiter().wait_async(self._backend, job_id, timeout)
 
@@ -394,6 +453,9 @@ class Transaction(_Operations):
     def _call(self, op: ops.Op) -> Any:
         return self._backend.run(op)
 
+    def _call_then(self, op: ops.Op, finish: Callable[[Any], Any]) -> Any:
+        return finish(self._backend.run(op))
+
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
         """Run one statement; its rows (none for a statement without)."""
         return self._backend.execute(sql, params)
@@ -404,6 +466,9 @@ class AsyncTransaction(_Operations):
 
     async def _call(self, op: ops.Op) -> Any:
         return await self._backend.run(op)
+
+    async def _call_then(self, op: ops.Op, finish: Callable[[Any], Any]) -> Any:
+        return finish(await self._backend.run(op))
 
     async def execute(self, sql: str, params: Any = None) -> list[tuple]:
         return await self._backend.execute(sql, params)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from . import cron as cron_expression
 from . import validate as v
 from .errors import config_error
-from .types import (Attempt, Claim, ClaimState, DeadLetter, DispatchCandidate, Fence, Job, JobEvent,
-                    QueueStats, ReapResult, SchemaCheck)
+from .types import (ActivityBucket, Attempt, Claim, ClaimState, DeadLetter, DispatchCandidate, Fence, Job,
+                    JobEvent, QueueStats, ReapResult, SchemaCheck, SearchedJob)
 
 
 @dataclass(frozen=True)
@@ -483,15 +483,26 @@ def extend(fence, budget) -> Op:
 MAX_CANCEL_ROWS = 100_000
 
 
-def cancel_matching(queue, task=None, payload_contains=None, include_claimed=False, force=False,
-                    max_rows=10_000) -> Op:
-    queue, task = v.name(queue, "queue"), v.name(task, "task", nullable=True)
-    if payload_contains is not None and not isinstance(payload_contains, (dict, list, tuple)):
+def _payload_contains(value) -> str | None:
+    """A jsonb @> pattern (cancel_matching's rule, shared by search and the
+    bulk actions): a JSON object or array, as canonical text."""
+    if value is not None and not isinstance(value, (dict, list, tuple)):
         raise config_error("QF100", "payload_contains must be a JSON object or array")
-    contained = None if payload_contains is None else v.json_value(payload_contains, "payload_contains")
+    return None if value is None else v.json_value(value, "payload_contains")
+
+
+def _cancel_flags(include_claimed, force) -> tuple[bool, bool]:
     include_claimed, force = v.boolean(include_claimed, "include_claimed"), v.boolean(force, "force")
     if force and not include_claimed:
         raise config_error("QF100", "force applies to claimed jobs: it needs include_claimed")
+    return include_claimed, force
+
+
+def cancel_matching(queue, task=None, payload_contains=None, include_claimed=False, force=False,
+                    max_rows=10_000) -> Op:
+    queue, task = v.name(queue, "queue"), v.name(task, "task", nullable=True)
+    contained = _payload_contains(payload_contains)
+    include_claimed, force = _cancel_flags(include_claimed, force)
     return Op("cancel_matching", _args(
         ("queue", "text", queue),
         ("task", "text", task),
@@ -502,6 +513,143 @@ def cancel_matching(queue, task=None, payload_contains=None, include_claimed=Fal
                                           maximum=MAX_CANCEL_ROWS)),
         optional=("task", "payload_contains"),
     ), Shape.SCALAR, int)
+
+
+# The operator's view over time (version 7, docs/design-v7.md) ------------------
+# Arguments are checked in their SQL order, as the SQL checks them.
+
+MAX_SAMPLE_MINUTES = 10_080           # a week of minutes caught up per call
+ACTIVITY_DEFAULT_BUCKET_LIMIT = timedelta(days=8)   # the longest since without an explicit bucket
+MAX_ACTIVITY_BUCKETS = 10_080
+MAX_SEARCH_ROWS = 1_000
+MAX_SEARCH_SCAN = 1_000_000
+MAX_ERROR_PATTERN = 1_000             # characters of error_contains
+MAX_BULK_ROWS = 100_000
+LIVE_STATUSES = ("pending", "claimed")
+TERMINAL_STATUSES = ("completed", "failed", "cancelled", "expired")
+
+
+def sample_activity(max_minutes=None, keep=None) -> Op:
+    """Writes: each queue's closed minutes since its last row (answers how
+    many rows it wrote), and deletes rows older than keep."""
+    return Op("sample_activity", _args(
+        ("max_minutes", "integer", v.integer(max_minutes, "max_minutes", minimum=1, maximum=MAX_SAMPLE_MINUTES)),
+        ("keep", "interval", v.duration(keep, "keep", backwards=True)),
+        optional=("max_minutes", "keep"),
+    ), Shape.SCALAR, int)
+
+
+def activity(queue=None, since=timedelta(hours=1), bucket=None) -> Op:
+    """Without a bucket: 1 minute up to 2 hours, 15 minutes up to 2 days,
+    1 hour up to 8 days (longer is QF104); an explicit bucket is a whole
+    number of minutes, at most MAX_ACTIVITY_BUCKETS of them in since."""
+    queue = v.name(queue, "queue", nullable=True)
+    since = v.duration(since, "since", nullable=False, backwards=True)
+    bucket = v.duration(bucket, "bucket")
+    if bucket is None and since > ACTIVITY_DEFAULT_BUCKET_LIMIT:
+        raise config_error("QF104", "since beyond 8 days needs an explicit bucket")
+    if bucket is not None and bucket % timedelta(minutes=1):
+        raise config_error("QF104", "bucket must be a whole number of minutes")
+    if bucket is not None and since / bucket > MAX_ACTIVITY_BUCKETS:
+        raise config_error("QF104", f"since may hold at most {MAX_ACTIVITY_BUCKETS} buckets")
+    return Op("activity", _args(("queue", "text", queue), ("since", "interval", since),
+                                ("bucket", "interval", bucket)), Shape.ROWS, ActivityBucket, writes=False)
+
+
+def _error_pattern(value) -> str | None:
+    """error_contains: a case-insensitive substring of last_error."""
+    return v.name(value, "error_contains", max_length=MAX_ERROR_PATTERN, nullable=True, code="QF100")
+
+
+def search_jobs(queue=None, status=None, task=None, payload_contains=None, error_contains=None,
+                submission_prefix=None, since=None, until=None, before_seq=None, max_rows=50,
+                max_scan=10_000) -> Op:
+    """Bounded by an index: a submission prefix, a live status, or a time
+    window of finished jobs with a terminal status or error_contains; else
+    QF100 (never a scan of all history)."""
+    queue = v.name(queue, "queue", nullable=True)
+    if status is not None and status not in LIVE_STATUSES + TERMINAL_STATUSES:
+        raise config_error("QF100", "status must be one of " + ", ".join(LIVE_STATUSES + TERMINAL_STATUSES))
+    task = v.name(task, "task", nullable=True)
+    contained = _payload_contains(payload_contains)
+    error_contains = _error_pattern(error_contains)
+    submission_prefix = v.name(submission_prefix, "submission_prefix", nullable=True)
+    since, until = v.moment(since, "since"), v.moment(until, "until")
+    before_seq = v.integer(before_seq, "before_seq", minimum=1, maximum=v.INT64_MAX)
+    max_rows = v.integer(max_rows, "max_rows", nullable=False, minimum=1, maximum=MAX_SEARCH_ROWS)
+    max_scan = v.integer(max_scan, "max_scan", nullable=False, minimum=1, maximum=MAX_SEARCH_SCAN)
+    windowed = since is not None or until is not None
+    if not (submission_prefix is not None or status in LIVE_STATUSES
+            or (windowed and (status in TERMINAL_STATUSES or error_contains is not None))):
+        raise config_error("QF100", "search needs a submission prefix, a status or a time window")
+    return Op("search_jobs", _args(
+        ("queue", "text", queue),
+        ("status", "text", status),
+        ("task", "text", task),
+        ("payload_contains", "jsonb", contained),
+        ("error_contains", "text", error_contains),
+        ("submission_prefix", "text", submission_prefix),
+        ("since", "timestamptz", since),
+        ("until", "timestamptz", until),
+        ("before_seq", "bigint", before_seq),
+        ("max_rows", "integer", max_rows),
+        ("max_scan", "integer", max_scan),
+        optional=("queue", "status", "task", "payload_contains", "error_contains", "submission_prefix", "since",
+                  "until", "before_seq"),
+    ), Shape.ROWS, SearchedJob, writes=False)
+
+
+def _selection(job_ids) -> list[str] | None:
+    if job_ids is None:
+        return None
+    ids = [v.job_id(item) for item in v.sequence(job_ids, "job_ids")]
+    if not ids:
+        raise config_error("QF100", "job_ids must be a non-empty list (or None)")
+    return ids  # type: ignore[return-value]
+
+
+def _bulk_action(name, queue, job_ids, filters, flags, max_rows) -> Op:
+    """A bulk action on a queue (already checked): a selection and filters
+    (at least one of the two, else QF100), flags, and max_rows (1 to 100,000)."""
+    selection = _selection(job_ids)
+    max_rows = v.integer(max_rows, "max_rows", nullable=False, minimum=1, maximum=MAX_BULK_ROWS)
+    if selection is None and all(value is None for _, _, value in filters):
+        raise config_error("QF100", f"{name} needs job_ids or a filter")
+    return Op(name, _args(("queue", "text", queue), ("job_ids", "text[]", selection), *filters, *flags,
+                          ("max_rows", "integer", max_rows),
+                          optional=("job_ids",) + tuple(arg for arg, _, _ in filters)), Shape.SCALAR, int)
+
+
+def _failure_filters(task, payload_contains, error_contains) -> list[tuple[str, str, Any]]:
+    return [("task", "text", v.name(task, "task", nullable=True)),
+            ("payload_contains", "jsonb", _payload_contains(payload_contains)),
+            ("error_contains", "text", _error_pattern(error_contains))]
+
+
+def retry_jobs(queue, job_ids=None, task=None, payload_contains=None, error_contains=None, max_rows=1_000) -> Op:
+    """Pending jobs waiting for a retry become due now (event retry_forced)."""
+    queue = v.name(queue, "queue")
+    return _bulk_action("retry_jobs", queue, job_ids, _failure_filters(task, payload_contains, error_contains),
+                        [], max_rows)
+
+
+def cancel_jobs(queue, job_ids=None, task=None, payload_contains=None, include_claimed=False, force=False,
+                max_rows=1_000) -> Op:
+    """cancel_matching's rule on a selection and/or a filter, recorded."""
+    queue = v.name(queue, "queue")
+    filters = [("task", "text", v.name(task, "task", nullable=True)),
+               ("payload_contains", "jsonb", _payload_contains(payload_contains))]
+    include_claimed, force = _cancel_flags(include_claimed, force)
+    return _bulk_action("cancel_jobs", queue, job_ids, filters,
+                        [("include_claimed", "boolean", include_claimed), ("force", "boolean", force)], max_rows)
+
+
+def replay_dead_letters(queue, job_ids=None, task=None, payload_contains=None, error_contains=None,
+                        max_rows=1_000) -> Op:
+    """Each unhandled letter of a matching failed job, replayed as replay_dead_letter would."""
+    queue = v.name(queue, "queue")
+    return _bulk_action("replay_dead_letters", queue, job_ids,
+                        _failure_filters(task, payload_contains, error_contains), [], max_rows)
 
 
 # Operators ------------------------------------------------------------------

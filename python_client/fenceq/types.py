@@ -206,3 +206,51 @@ class JobEvent:
     generation: int | None
     owner_id: str | None
     detail: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityBucket:
+    """One bucket of a queue's (or all queues') activity over time
+    (docs/design-v7.md §2): what happened in it, the depth sampled last in
+    it (None when no sample had it), and wait and run percentiles read from
+    the merged histograms (None when no job finished in it)."""
+
+    bucket_start: datetime
+    submitted: int
+    claimed: int
+    retried: int
+    completed: int
+    failed: int
+    cancelled: int
+    expired: int
+    pending: int | None
+    due: int | None
+    running: int | None
+    wait_p50: timedelta | None
+    wait_p95: timedelta | None
+    run_p50: timedelta | None
+    run_p95: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchedJob(Job):
+    """A job found by ``search_jobs``, with its ``seq`` (submission order:
+    the search's cursor)."""
+
+    seq: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of ``search_jobs``, newest first. ``next_before_seq`` is
+    the last job's seq, to pass as ``before_seq`` for the next page (None
+    for an empty page: the search is over). A page shorter than
+    ``max_rows`` may still have a next one: the search examines at most
+    ``max_scan`` candidates per page."""
+
+    jobs: list[SearchedJob]
+    next_before_seq: int | None
+
+    @classmethod
+    def of(cls, jobs: list[SearchedJob]) -> "JobPage":
+        return cls(jobs, jobs[-1].seq if jobs else None)
