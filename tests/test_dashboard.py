@@ -6,15 +6,23 @@ once the schema has their views."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
+import sqlite3
+import urllib.parse
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
+import psycopg
 import pytest
 from werkzeug.test import Client as WebClient
 
 import fenceq
-from fenceq.dashboard import Dashboard
+from fenceq.backends.sqlite import database_path
+from fenceq.cli import main
+from fenceq.dashboard import Dashboard, charts
+from fenceq.migrate import rollback
 from observed import dead_letter, taken_over_job
 
 NO_BACKOFF = dict(lease=timedelta(seconds=60), backoff_base=timedelta(0), backoff_max=timedelta(0))
@@ -225,3 +233,214 @@ def test_a_fenceq_worker_role_reads_every_page_and_may_not_act(pg, worker_role_u
     token = csrf_of(page(web, "/dead-letters"))
     response = web.post("/actions/replay", data={"dlq_id": dlq_id, "csrf": token})
     assert response.status_code == 403 and "fenceq_admin" in response.get_data(as_text=True)
+
+
+# Version 7: search and bulk actions (docs/design-v7.md §3, §4) -------------------------------
+
+RETRY_LATER = dict(lease=timedelta(seconds=60), backoff_base=timedelta(hours=1), backoff_max=timedelta(hours=1))
+
+
+def waiting_for_retry(client, queue: str, count: int, error: str = "TimeoutError: upstream") -> list[str]:
+    """count jobs that failed once and wait an hour for their retry (pending, run_at ahead)."""
+    ids = client.submit_batch(queue, [{"task": "sync", "payload": {"customer": n % 2}} for n in range(count)])
+    for claim in client.claim_batch([queue], "w", [fenceq.new_claim_token() for _ in ids]):
+        assert client.fail(claim.fence, error)
+    return ids
+
+
+def due_now(client, job_ids) -> set[str]:
+    """Of job_ids, the pending jobs whose run_at has come, as the database says."""
+    now = datetime.now(timezone.utc)
+    return {j for j in job_ids if (job := client.get_job(j)).status == "pending" and job.run_at <= now}
+
+
+def result_ids(html: str) -> list[str]:
+    return re.findall(r'<td><a class="id" href="/jobs/([^"]+)">', html)
+
+
+def test_search_filters_by_payload_and_error_and_pages_newest_first(client, web):
+    client.create_queue("work", **RETRY_LATER)
+    waiting_for_retry(client, "work", 4, error="KeyError: 'sku'")
+    matching = client.submit_batch("work", [{"task": "t", "payload": {"customer": 42, "n": n}} for n in range(120)])
+    client.submit_batch("work", [{"task": "t", "payload": {"customer": 7}} for _ in range(5)])
+    path = "/search?" + urllib.parse.urlencode({"queue": "work", "status": "pending", "payload": '{"customer": 42}'})
+    walked: list[str] = []
+    while path:
+        html = page(web, path)
+        walked += result_ids(html)
+        found = re.search(r'<a href="(/search\?[^"]+)" rel="next">', html)
+        path = found.group(1).replace("&amp;", "&") if found else None
+    assert walked == matching[::-1], "every match once, newest (highest seq) first"
+    html = page(web, "/search?status=pending&queue=work&error=keyerror")
+    assert len(result_ids(html)) == 4 and "/actions/" not in html, "read-only: no checkbox, no bulk form"
+
+
+def test_a_search_the_sql_refuses_says_why_beside_the_form(client, queue, web):
+    html = page(web, "/search?task=t")
+    assert "search needs a submission prefix, a status or a time window" in html and 'name="payload"' in html
+    assert "not valid JSON" in page(web, "/search?status=pending&queue=work&payload=%7Bnope")
+
+
+def test_bulk_retry_of_checked_jobs_changes_what_the_sql_counts(client, admin_web):
+    client.create_queue("work", **RETRY_LATER)
+    ids = waiting_for_retry(client, "work", 5)
+    html = page(admin_web, "/search?status=pending&queue=work")
+    assert sorted(re.findall(r'name="job_id" value="([^"]+)"', html)) == sorted(ids)
+    response = admin_web.post("/actions/retry_jobs", data={
+        "csrf": csrf_of(html), "queue": "work", "scope": "selected", "job_id": ids[:2],
+        "back_queue": "work", "back_status": "pending"})
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/search?queue=work&status=pending&notice=retried&changed=2"
+    assert due_now(client, ids) == set(ids[:2])
+    assert "2 jobs waiting for a retry made due now." in page(admin_web, response.headers["Location"])
+    events = [e for e in client.get_job_events(ids[0]) if e.event == "retry_forced"]
+    assert len(events) == 1 and events[0].detail["action"] == "retry_jobs"
+
+
+def test_bulk_actions_on_everything_the_filter_matches(client, admin_web):
+    client.create_queue("work", **RETRY_LATER)
+    ids = waiting_for_retry(client, "work", 6)
+    customer_1 = [j for j in ids if client.get_job(j).payload == {"customer": 1}]
+    html = page(admin_web, '/search?status=pending&queue=work&payload={"customer":1}')
+    assert "Everything this filter matches in queue work" in html
+    assert '<input type="hidden" name="payload_contains" value="{&#34;customer&#34;:1}">' in html
+    token = csrf_of(html)
+    filter_form = {"csrf": token, "queue": "work", "scope": "filter", "payload_contains": '{"customer":1}'}
+    response = admin_web.post("/actions/retry_jobs", data=filter_form)
+    assert response.headers["Location"].endswith("notice=retried&changed=3")
+    assert due_now(client, ids) == set(customer_1)
+    response = admin_web.post("/actions/cancel_jobs", data={**filter_form, "max_rows": "2"})
+    assert response.headers["Location"].endswith("notice=cancelled-jobs&changed=2"), "at most max_rows"
+    assert sum(client.get_job(j).status == "cancelled" for j in ids) == 2
+    refused = admin_web.post("/actions/cancel_jobs", data={**filter_form, "error_contains": "Timeout"})
+    assert refused.status_code == 400, "cancel cannot narrow by error text: it would cancel more than matched"
+    assert sum(client.get_job(j).status == "cancelled" for j in ids) == 2
+
+
+def test_bulk_replay_of_dead_letters(client, admin_web):
+    client.create_queue("doomed", max_attempts=1)
+    letters = [dead_letter(client, "doomed") for _ in range(3)]
+    failed = [client.dead_letters(include_handled=True)[n].job_id for n in range(3)]
+    html = page(admin_web, "/search?status=failed&queue=doomed&window=1h")
+    assert sorted(result_ids(html)) == sorted(failed)
+    response = admin_web.post("/actions/replay_dead_letters", data={
+        "csrf": csrf_of(html), "queue": "doomed", "scope": "selected", "job_id": failed[:2]})
+    assert response.headers["Location"].endswith("notice=replayed-letters&changed=2")
+    assert sorted(j for j in failed if client.get_job(j).status == "pending") == sorted(failed[:2])
+    assert len(client.dead_letters()) == 1 and len(letters) == 3
+
+
+def test_bulk_actions_are_refused_read_only_and_without_the_token(client, web, admin_web):
+    client.create_queue("work", **RETRY_LATER)
+    ids = waiting_for_retry(client, "work", 2)
+    form = {"queue": "work", "scope": "selected", "job_id": ids, "csrf": "0" * 64}
+    for action in ("retry_jobs", "cancel_jobs", "replay_dead_letters"):
+        response = web.post(f"/actions/{action}", data=form)
+        assert response.status_code == 403 and "read-only" in response.get_data(as_text=True)
+        assert admin_web.post(f"/actions/{action}", data=form).status_code == 403, "a token not of this browser"
+    assert due_now(client, ids) == set() and all(client.get_job(j).status == "pending" for j in ids)
+    token = csrf_of(page(admin_web, "/search?status=pending&queue=work"))
+    nothing_checked = admin_web.post("/actions/retry_jobs", data={"csrf": token, "queue": "work", "scope": "selected"})
+    assert nothing_checked.status_code == 400 and due_now(client, ids) == set()
+
+
+# Version 7: the activity charts (docs/design-v7.md §1, §2) ----------------------------------
+
+def last_closed_minute() -> datetime:
+    """The newest minute sample_activity may write: the one before the minute
+    of now − 10 s (a minute closes 10 seconds after it ends)."""
+    now = datetime.now(timezone.utc) - timedelta(seconds=10)
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=1)
+
+
+def record_activity(db, queue: str, minutes: list[dict]) -> datetime:
+    """Rows of the sampled series as sample_activity writes them, the last one
+    on the last closed minute (so that a test need not wait for minutes to
+    pass); each dict gives some of the counts and depths, and ``wait``/``run``
+    histograms as {bucket: count}. The minute of the last row."""
+    last = last_closed_minute()
+    counts = ("submitted", "claimed", "retried", "completed", "failed", "cancelled", "expired")
+    rows = []
+    for age, figures in enumerate(reversed(minutes)):
+        minute = last - timedelta(minutes=age)
+        hists = [histogram(figures.get(name, {})) for name in ("wait", "run")]
+        rows.append((queue, minute, *(figures.get(c, 0) for c in counts),
+                     *(figures.get(d) for d in ("pending", "due", "running")), *hists))
+    columns = "queue, minute, " + ", ".join(counts) + ", pending, due, running, wait_hist, run_hist"
+    if db.backend == "postgres":
+        with psycopg.connect(db.url, autocommit=True) as conn, conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO fenceq._activity ({columns}) VALUES ({', '.join(['%s'] * 14)})", rows)
+    else:
+        with contextlib.closing(sqlite3.connect(database_path(db.url))) as conn, conn:
+            conn.executemany(f"INSERT INTO fenceq__activity ({columns}) VALUES ({', '.join(['?'] * 14)})",
+                             [(q, int(m.timestamp()) * 1_000_000, *rest[:-2], json.dumps(rest[-2]),
+                               json.dumps(rest[-1])) for q, m, *rest in rows])
+    return last
+
+
+def histogram(counts: dict[int, int]) -> list[int]:
+    """A stored histogram: bucket k counts durations of 2^(k/4) to 2^((k+1)/4) ms, trimmed."""
+    return [counts.get(k, 0) for k in range(max(counts, default=-1) + 1)]
+
+
+def chart_tables(html: str) -> dict[str, list[list[str]]]:
+    """Each chart's table of figures, by chart name: its rows of cells, newest first."""
+    tables = {}
+    for name, body in re.findall(r'<section class="chart" aria-labelledby="heading-(\w+)">(.*?)</section>', html,
+                                 re.S):
+        rows = re.findall(r"<tr><th scope=\"row\">(.*?)</th>(.*?)</tr>", body, re.S)
+        tables[name] = [[start] + re.findall(r'<td class="n">(.*?)</td>', cells) for start, cells in rows]
+    return tables
+
+
+def test_activity_page_draws_what_activity_answers(db, client, web, capsys):
+    client.create_queue("work")
+    client.create_queue("other")
+    one_second = 40  # the histogram bucket of 2^10 ms ≈ 1 s: read back as 2^10.125 ms
+    record_activity(db, "work", [dict(submitted=5, claimed=4, completed=3, failed=1, retried=2, pending=9, due=4,
+                                      running=1, wait={one_second: 3}, run={one_second + 8: 4}),
+                                 dict(submitted=2, completed=2, wait={0: 2}, run={0: 2}),
+                                 dict()])
+    record_activity(db, "other", [dict(submitted=10, pending=1, due=1), dict(), dict(completed=7, pending=0)])
+    html = page(web, "/activity?queue=work")
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 4
+    tables = chart_tables(html)
+    assert set(tables) == {"throughput", "depth", "wait", "run"}
+    figures = {row[0]: row for row in tables["throughput"]}
+    expected = client.activity(queue="work", since=timedelta(hours=1))
+    assert len(tables["throughput"]) == len(expected) == 60
+    for bucket in expected:  # the page's figures are activity()'s, bucket by bucket
+        start = bucket.bucket_start.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
+        if start in figures:
+            assert figures[start][1:] == [f"{bucket.submitted:,}", f"{bucket.completed:,}", f"{bucket.failed:,}",
+                                          f"{bucket.retried:,}"]
+    assert sum(int(row[1]) for row in tables["throughput"]) == 7
+    busy = next(b for b in expected if b.submitted == 5)
+    busy_start = busy.bucket_start.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    assert {row[0]: row[1:] for row in tables["wait"]}[busy_start] == ["1.12 s", "1.12 s"], "2^10.125 ms"
+    assert {row[0]: row[1:] for row in tables["run"]}[busy_start] == ["4.47 s", "4.47 s"], "2^12.125 ms"
+    assert {row[0]: row[1:] for row in tables["depth"]}[busy_start] == ["9", "4"]
+    assert sum(row[1] != "—" for row in tables["depth"]) == 1, "depth only where a sample has it: a gap elsewhere"
+    everything = chart_tables(page(web, "/activity"))
+    assert sum(int(row[1]) for row in everything["throughput"]) == 17, "all queues: summed"
+    assert main(["stats", "--url", db.url, "--since", "1h", "--queue", "work", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [row["submitted"] for row in printed] == [b.submitted for b in expected]
+
+
+def test_activity_ranges_and_an_empty_queue(db, client, web):
+    client.create_queue("quiet")
+    html = page(web, "/activity?queue=quiet&range=7d")
+    assert "Jobs per hour" in html and "No depth was sampled in this range" in html
+    assert len(chart_tables(html)["throughput"]) == 168 and 'aria-current="page">last week' in html
+    assert "Jobs per 15 minutes" in page(web, "/activity?range=1d")
+    assert page(web, "/activity?range=1y", 400)
+    assert "unknown" in page(web, "/activity?queue=nope", 400).lower()
+    assert 'href="/activity?queue=quiet"' in page(web, "/queues")
+
+
+def test_a_schema_before_version_7_shows_no_activity_or_search(sqlite_db):
+    rollback(sqlite_db.url, to_version=6)
+    web = WebClient(Dashboard(sqlite_db.url))
+    assert 'href="/activity"' not in page(web, "/queues") and 'href="/search"' not in page(web, "/queues")
+    assert "schema version 7" in page(web, "/activity", 404) and "schema version 7" in page(web, "/search", 404)
