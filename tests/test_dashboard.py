@@ -6,20 +6,17 @@ once the schema has their views."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import sqlite3
 import urllib.parse
 import uuid
 from datetime import datetime, timedelta, timezone
 
-import psycopg
 import pytest
 from werkzeug.test import Client as WebClient
 
 import fenceq
-from fenceq.backends.sqlite import database_path
+from activity_rows import record_activity
 from fenceq.cli import main
 from fenceq.dashboard import Dashboard, charts
 from fenceq.migrate import rollback
@@ -346,43 +343,6 @@ def test_bulk_actions_are_refused_read_only_and_without_the_token(client, web, a
 
 # Version 7: the activity charts (docs/design-v7.md §1, §2) ----------------------------------
 
-def last_closed_minute() -> datetime:
-    """The newest minute sample_activity may write: the one before the minute
-    of now − 10 s (a minute closes 10 seconds after it ends)."""
-    now = datetime.now(timezone.utc) - timedelta(seconds=10)
-    return now.replace(second=0, microsecond=0) - timedelta(minutes=1)
-
-
-def record_activity(db, queue: str, minutes: list[dict]) -> datetime:
-    """Rows of the sampled series as sample_activity writes them, the last one
-    on the last closed minute (so that a test need not wait for minutes to
-    pass); each dict gives some of the counts and depths, and ``wait``/``run``
-    histograms as {bucket: count}. The minute of the last row."""
-    last = last_closed_minute()
-    counts = ("submitted", "claimed", "retried", "completed", "failed", "cancelled", "expired")
-    rows = []
-    for age, figures in enumerate(reversed(minutes)):
-        minute = last - timedelta(minutes=age)
-        hists = [histogram(figures.get(name, {})) for name in ("wait", "run")]
-        rows.append((queue, minute, *(figures.get(c, 0) for c in counts),
-                     *(figures.get(d) for d in ("pending", "due", "running")), *hists))
-    columns = "queue, minute, " + ", ".join(counts) + ", pending, due, running, wait_hist, run_hist"
-    if db.backend == "postgres":
-        with psycopg.connect(db.url, autocommit=True) as conn, conn.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO fenceq._activity ({columns}) VALUES ({', '.join(['%s'] * 14)})", rows)
-    else:
-        with contextlib.closing(sqlite3.connect(database_path(db.url))) as conn, conn:
-            conn.executemany(f"INSERT INTO fenceq__activity ({columns}) VALUES ({', '.join(['?'] * 14)})",
-                             [(q, int(m.timestamp()) * 1_000_000, *rest[:-2], json.dumps(rest[-2]),
-                               json.dumps(rest[-1])) for q, m, *rest in rows])
-    return last
-
-
-def histogram(counts: dict[int, int]) -> list[int]:
-    """A stored histogram: bucket k counts durations of 2^(k/4) to 2^((k+1)/4) ms, trimmed."""
-    return [counts.get(k, 0) for k in range(max(counts, default=-1) + 1)]
-
-
 def chart_tables(html: str) -> dict[str, list[list[str]]]:
     """Each chart's table of figures, by chart name: its rows of cells, newest first."""
     tables = {}
@@ -397,11 +357,11 @@ def test_activity_page_draws_what_activity_answers(db, client, web, capsys):
     client.create_queue("work")
     client.create_queue("other")
     one_second = 40  # the histogram bucket of 2^10 ms ≈ 1 s: read back as 2^10.125 ms
-    record_activity(db, "work", [dict(submitted=5, claimed=4, completed=3, failed=1, retried=2, pending=9, due=4,
+    record_activity(db.url, "work", [dict(submitted=5, claimed=4, completed=3, failed=1, retried=2, pending=9, due=4,
                                       running=1, wait={one_second: 3}, run={one_second + 8: 4}),
                                  dict(submitted=2, completed=2, wait={0: 2}, run={0: 2}),
                                  dict()])
-    record_activity(db, "other", [dict(submitted=10, pending=1, due=1), dict(), dict(completed=7, pending=0)])
+    record_activity(db.url, "other", [dict(submitted=10, pending=1, due=1), dict(), dict(completed=7, pending=0)])
     html = page(web, "/activity?queue=work")
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 4
     tables = chart_tables(html)
