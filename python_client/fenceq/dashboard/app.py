@@ -376,14 +376,7 @@ class Dashboard:
             queues = [row.queue for row in client.queue_overview()]
             if searched:
                 try:
-                    window = SEARCH_WINDOWS[form["window"]]
-                    payload = _json_filter(form["payload"])
-                    page = client.search_jobs(
-                        queue=form["queue"] or None, status=form["status"] or None, task=form["task"] or None,
-                        payload_contains=payload, error_contains=form["error"] or None,
-                        submission_prefix=form["prefix"] or None,
-                        since=None if window is None else datetime.now(timezone.utc) - window,
-                        before_seq=int(before) if before else None, max_rows=PAGE)
+                    page = client.search_jobs(**search_arguments(form, int(before) if before else None))
                     jobs, next_before = page.jobs, page.next_before_seq
                 except BadRequest as error:
                     message = error.description
@@ -473,6 +466,17 @@ class Dashboard:
 
 def job_path(job_id: str) -> str:
     return "/jobs/" + urllib.parse.quote(job_id)
+
+
+def search_arguments(form: dict[str, str], before_seq: int | None = None) -> dict[str, Any]:
+    """search_jobs' arguments for the search form's fields (empty: not given);
+    the window bounds when a job finished."""
+    window = SEARCH_WINDOWS[form["window"]]
+    return dict(queue=form["queue"] or None, status=form["status"] or None, task=form["task"] or None,
+                payload_contains=_json_filter(form["payload"]), error_contains=form["error"] or None,
+                submission_prefix=form["prefix"] or None,
+                since=None if window is None else datetime.now(timezone.utc) - window,
+                before_seq=before_seq, max_rows=PAGE)
 
 
 def _has_operator_view(client: Client) -> bool:
