@@ -28,6 +28,8 @@ TAMPERING = {
                             "CREATE INDEX ON fenceq._dispatches (job_id)"],
     "active_key_unique": ["DROP INDEX fenceq._jobs_active_key_idx",
                           "CREATE UNIQUE INDEX ON fenceq._jobs (queue, active_key) WHERE active_key IS NOT NULL"],
+    "activity_minute_unique": ["ALTER TABLE fenceq._activity DROP CONSTRAINT _activity_pkey",
+                               "CREATE INDEX ON fenceq._activity (queue, minute)"],
     "public_shapes": ["DROP VIEW fenceq.dead_letters",
                       "CREATE VIEW fenceq.dead_letters AS SELECT dlq_id, job_id FROM fenceq._dead_letters",
                       "ALTER VIEW fenceq.dead_letters OWNER TO fenceq_owner"],

@@ -345,7 +345,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '6';
+    RETURN '7';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

@@ -90,7 +90,14 @@ BEGIN
         ('_events', 'job_id', 'text', true), ('_events', 'seq', 'bigint', true),
         ('_events', 'queue', 'text', true), ('_events', 'at', 'timestamp with time zone', true),
         ('_events', 'event', 'text', true), ('_events', 'generation', 'bigint', false),
-        ('_events', 'owner_id', 'text', false), ('_events', 'detail', 'jsonb', true))
+        ('_events', 'owner_id', 'text', false), ('_events', 'detail', 'jsonb', true),
+        ('_activity', 'queue', 'text', true), ('_activity', 'minute', 'timestamp with time zone', true),
+        ('_activity', 'submitted', 'integer', true), ('_activity', 'claimed', 'integer', true),
+        ('_activity', 'retried', 'integer', true), ('_activity', 'completed', 'integer', true),
+        ('_activity', 'failed', 'integer', true), ('_activity', 'cancelled', 'integer', true),
+        ('_activity', 'expired', 'integer', true), ('_activity', 'pending', 'integer', false),
+        ('_activity', 'due', 'integer', false), ('_activity', 'running', 'integer', false),
+        ('_activity', 'wait_hist', 'integer[]', true), ('_activity', 'run_hist', 'integer[]', true))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -152,8 +159,24 @@ BEGIN
                    ELSE 'needs the partial unique index on _jobs (queue, active_key) WHERE active' END;
     RETURN NEXT;
 
-    -- The public shapes callers read: the claim type and the views, with
-    -- their columns in contract order (they are only ever appended to).
+    -- One activity row per queue and minute: sample_activity's ON CONFLICT
+    -- DO NOTHING writes each minute once only against this exact index.
+    SELECT count(*) = 1 INTO ok
+      FROM pg_index AS i
+     WHERE i.indrelid = to_regclass('fenceq._activity') AND i.indisunique AND i.indisvalid
+       AND i.indnatts = 2 AND i.indexprs IS NULL AND i.indpred IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+              FROM unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+           = ARRAY['queue', 'minute'];
+    check_name := 'activity_minute_unique';
+    detail := CASE WHEN ok THEN 'unique index on _activity (queue, minute)'
+                   ELSE 'needs exactly one unique index on _activity (queue, minute)' END;
+    RETURN NEXT;
+
+    -- The public shapes callers read: the claim type, search_jobs' row type
+    -- and the views, with their columns in contract order (they are only
+    -- ever appended to).
     WITH expected(obj, cols) AS (VALUES
         ('claim', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'attempt', 'max_attempts',
                         'owner_id', 'generation', 'claim_token', 'lease_expires_at', 'budget_expires_at',
@@ -179,7 +202,13 @@ BEGIN
                             'last_job_id']),
         ('dispatches', ARRAY['job_id', 'queue', 'backend', 'state', 'reservation_ref', 'execution_ref',
                              'owner_id', 'generation', 'lease_expires_at', 'checked_at']),
-        ('job_events', ARRAY['job_id', 'seq', 'at', 'event', 'generation', 'owner_id', 'detail']))
+        ('job_events', ARRAY['job_id', 'seq', 'at', 'event', 'generation', 'owner_id', 'detail']),
+        ('job_search_row', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'status', 'attempts',
+                                 'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
+                                 'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
+                                 'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
+                                 'created_at', 'finished_at', 'concurrency_key', 'blocked_by', 'progress',
+                                 'progress_at', 'seq']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -189,7 +218,7 @@ BEGIN
               JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              WHERE n.nspname = 'fenceq' AND c.relname = e.obj AND c.relkind IN ('v', 'c'));
     check_name := 'public_shapes'; ok := v_bad IS NULL;
-    detail := coalesce('missing or reordered columns: ' || v_bad, 'claim type and views as expected');
+    detail := coalesce('missing or reordered columns: ' || v_bad, 'the types and views as expected');
     RETURN NEXT;
 
     -- No default may manufacture identity or an invalid state.
@@ -297,4 +326,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION fenceq.verify_schema() IS
-    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
+    'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key and activity indexes, the public types and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';

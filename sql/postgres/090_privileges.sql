@@ -51,8 +51,10 @@ BEGIN
           FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
          WHERE n.nspname = 'fenceq' AND p.proowner <> 'fenceq_owner'::regrole
         UNION ALL
-        SELECT 'ALTER TYPE fenceq.claim OWNER TO fenceq_owner'
-          FROM pg_type AS t WHERE t.oid = 'fenceq.claim'::regtype AND t.typowner <> 'fenceq_owner'::regrole
+        SELECT format('ALTER TYPE %s OWNER TO fenceq_owner', t.oid::regtype)
+          FROM pg_type AS t JOIN pg_class AS c ON c.oid = t.typrelid
+         WHERE t.typnamespace = 'fenceq'::regnamespace AND c.relkind = 'c'
+           AND t.typowner <> 'fenceq_owner'::regrole
     LOOP
         EXECUTE v_object.stmt;
     END LOOP;
@@ -71,9 +73,10 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
 --   fenceq_worker:   the producer's rights, every fenced worker function,
 --                    reap, tick, next_due, and the views
 --                    (and the named locks, docs/guarantees.md §15; the
---                    external dispatch calls and get_job_events, §19-§20)
+--                    external dispatch calls and get_job_events, §19-§20;
+--                    sample_activity, activity and search_jobs, §21)
 --   fenceq_admin:    everything (queue settings, cancel, purge, dead
---                    letters, verify_schema) and the views
+--                    letters, the bulk actions, verify_schema) and the views
 -- Private tables and _helpers are granted to nobody: everything goes
 -- through the SECURITY DEFINER functions.
 DO $$
@@ -89,7 +92,8 @@ DECLARE
             'acknowledge_cancel', 'reap',
             'tick', 'next_due', 'extend', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock',
             'progress', 'reserve_dispatch', 'finalize_dispatch', 'release_dispatch', 'replace_dispatch_ref',
-            'adopt_dispatch', 'dispatch_repair_candidates', 'get_job_events'));
+            'adopt_dispatch', 'dispatch_repair_candidates', 'get_job_events',
+            'sample_activity', 'activity', 'search_jobs'));
 BEGIN
     SELECT r.rolsuper OR r.rolcreaterole INTO v_can_create FROM pg_roles AS r WHERE r.rolname = current_user;
     FOREACH v_role IN ARRAY ARRAY['fenceq_producer', 'fenceq_worker', 'fenceq_admin'] LOOP

@@ -41,6 +41,69 @@ ALTER TYPE fenceq.claim OWNER TO fenceq_owner;
 
 COMMENT ON TYPE fenceq.claim IS 'One successful claim: the job and its fence (job_id, owner_id, generation, claim_token).';
 
+CREATE TYPE fenceq.job_search_row AS (
+	job_id text,
+	queue text,
+	task text,
+	payload jsonb,
+	priority integer,
+	status text,
+	attempts integer,
+	max_attempts integer,
+	run_at timestamp with time zone,
+	expires_at timestamp with time zone,
+	owner_id text,
+	generation bigint,
+	lease_expires_at timestamp with time zone,
+	budget_expires_at timestamp with time zone,
+	cancel_requested boolean,
+	pid integer,
+	result jsonb,
+	last_error text,
+	submission_id text,
+	fingerprint text,
+	active_key text,
+	dlq_id text,
+	created_at timestamp with time zone,
+	finished_at timestamp with time zone,
+	concurrency_key text,
+	blocked_by integer,
+	progress jsonb,
+	progress_at timestamp with time zone,
+	seq bigint
+);
+
+ALTER TYPE fenceq.job_search_row OWNER TO fenceq_owner;
+
+COMMENT ON TYPE fenceq.job_search_row IS 'One job search_jobs found: the columns of fenceq.jobs, then seq (submission order).';
+
+CREATE FUNCTION fenceq._action_detail(action text, filter jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN jsonb_build_object('by', session_user::text, 'action', _action_detail.action,
+                              'filter', jsonb_strip_nulls(_action_detail.filter));
+END
+$$;
+
+ALTER FUNCTION fenceq._action_detail(action text, filter jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._action_detail(action text, filter jsonb) IS 'Private. A bulk action''s event detail: who (session_user), which action, and its filter without the NULLs.';
+
+CREATE FUNCTION fenceq._activity_end(now timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN date_trunc('minute', _activity_end.now - interval '10 seconds', 'UTC');
+END
+$$;
+
+ALTER FUNCTION fenceq._activity_end(now timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._activity_end(now timestamp with time zone) IS 'Private. The end of the last closed minute at this clock reading (a minute closes 10 seconds after it ends).';
+
 CREATE FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) RETURNS interval
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -246,6 +309,39 @@ $$;
 ALTER FUNCTION fenceq._check_batch_graph(requests jsonb) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._check_batch_graph(requests jsonb) IS 'Private. Publish a batch''s explicit job ids for its dependencies and refuse a cycle among its elements (QF100).';
+
+CREATE FUNCTION fenceq._check_bulk(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM fenceq._check_name(_check_bulk.queue, 'queue');
+    IF _check_bulk.job_ids IS NOT NULL THEN
+        PERFORM fenceq._check_names(_check_bulk.job_ids, 'job_ids');
+    END IF;
+    PERFORM fenceq._check_name(_check_bulk.task, 'task', nullable => true);
+    IF jsonb_typeof(_check_bulk.payload_contains) NOT IN ('object', 'array') THEN
+        PERFORM fenceq._raise('QF100', 'payload_contains must be a JSON object or array');
+    END IF;
+    PERFORM fenceq._check_json(_check_bulk.payload_contains, 'payload_contains');
+    PERFORM fenceq._check_name(_check_bulk.error_contains, 'error_contains', max_length => 1000,
+                               nullable => true, code => 'QF100');
+    IF _check_bulk.max_rows IS NULL OR _check_bulk.max_rows NOT BETWEEN 1 AND 100000 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be an integer from 1 to 100000');
+    END IF;
+    IF _check_bulk.job_ids IS NULL AND _check_bulk.task IS NULL AND _check_bulk.payload_contains IS NULL
+       AND _check_bulk.error_contains IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'a bulk action needs job_ids or a filter');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = _check_bulk.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._check_bulk(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._check_bulk(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) IS 'Private. The input checks of the bulk actions; QF100 for a call with neither job ids nor a filter.';
 
 CREATE FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -812,6 +908,59 @@ ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload t
 
 COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
 
+CREATE FUNCTION fenceq._histogram(durations interval[]) RETURNS integer[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_bounds constant double precision[] :=
+        ARRAY(SELECT power(2::double precision, k / 4.0::double precision) FROM generate_series(1, 127) AS k);
+    v_hist integer[] := '{}'::integer[];
+    v_duration interval;
+    v_bucket integer;
+BEGIN
+    FOREACH v_duration IN ARRAY coalesce(_histogram.durations, '{}'::interval[]) LOOP
+        CONTINUE WHEN v_duration IS NULL;
+        v_bucket := width_bucket(greatest(extract(epoch FROM v_duration) * 1000, 1)::double precision, v_bounds);
+        WHILE cardinality(v_hist) <= v_bucket LOOP
+            v_hist := v_hist || 0;
+        END LOOP;
+        v_hist[v_bucket + 1] := v_hist[v_bucket + 1] + 1;
+    END LOOP;
+    RETURN v_hist;
+END
+$$;
+
+ALTER FUNCTION fenceq._histogram(durations interval[]) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._histogram(durations interval[]) IS 'Private. The trimmed histogram of durations by quarter powers of two of a millisecond (bucket k: floor(4 log2 max(ms, 1)), at most 127).';
+
+CREATE FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) RETURNS interval
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+DECLARE
+    v_rank numeric;
+    v_seen numeric := 0;
+BEGIN
+    v_rank := ceil((SELECT sum(h.n) FROM unnest(_histogram_percentile.hist) AS h(n)) * _histogram_percentile.fraction);
+    IF v_rank IS NULL OR v_rank < 1 THEN
+        RETURN NULL;
+    END IF;
+    FOR k IN 1 .. cardinality(_histogram_percentile.hist) LOOP
+        v_seen := v_seen + _histogram_percentile.hist[k];
+        IF v_seen >= v_rank THEN
+            RETURN make_interval(secs => power(2::double precision, (k - 0.5)::double precision / 4) / 1000);
+        END IF;
+    END LOOP;
+    RETURN NULL;  -- not reached: the last bucket holds the last duration
+END
+$$;
+
+ALTER FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) IS 'Private. A percentile of a histogram as the geometric middle of the bucket that holds it; NULL when empty.';
+
 CREATE FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) RETURNS timestamp with time zone
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1335,6 +1484,28 @@ $$;
 ALTER FUNCTION fenceq._raise(code text, message text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._raise(code text, message text) IS 'Private. Raise a fenceq error with the given QF SQLSTATE; adds the submit_batch element index to DETAIL.';
+
+CREATE FUNCTION fenceq._record_action(job_id text, after_seq bigint, event text, detail jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE fenceq._events AS e SET detail = e.detail || _record_action.detail
+     WHERE e.job_id = _record_action.job_id AND e.seq > coalesce(_record_action.after_seq, 0)
+       AND e.event = _record_action.event;
+    IF NOT FOUND THEN
+        INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
+        SELECT j.job_id, j.queue, clock_timestamp(), _record_action.event,
+               CASE WHEN j.owner_id IS NOT NULL THEN j.generation END, j.owner_id, _record_action.detail
+          FROM fenceq._jobs AS j
+         WHERE j.job_id = _record_action.job_id;
+    END IF;
+END
+$$;
+
+ALTER FUNCTION fenceq._record_action(job_id text, after_seq bigint, event text, detail jsonb) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._record_action(job_id text, after_seq bigint, event text, detail jsonb) IS 'Private. Record a bulk action''s change of one job as one event: the transition''s own event gains the detail, or the event is written.';
 
 CREATE FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb DEFAULT '{}'::jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1876,6 +2047,90 @@ ALTER FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) OWNER
 
 COMMENT ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) IS 'Take a named lock for ttl: its new fencing token (larger than every earlier one), the same token renewed for its live holder, or NULL while another owner holds it. QF304 when the token is exhausted.';
 
+CREATE FUNCTION fenceq.activity(queue text DEFAULT NULL::text, since interval DEFAULT '01:00:00'::interval, bucket interval DEFAULT NULL::interval) RETURNS TABLE(bucket_start timestamp with time zone, submitted bigint, claimed bigint, retried bigint, completed bigint, failed bigint, cancelled bigint, expired bigint, pending bigint, due bigint, running bigint, wait_p50 interval, wait_p95 interval, run_p50 interval, run_p95 interval)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_bucket interval;
+    v_count integer;
+    v_start timestamptz;
+    v_end timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(activity.queue, 'queue', nullable => true);
+    PERFORM fenceq._check_interval(activity.since, 'since', nullable => false, backwards => true);
+    IF activity.since > interval '192 hours' THEN
+        PERFORM fenceq._raise('QF104', 'since may reach back at most 192 hours');
+    END IF;
+    PERFORM fenceq._check_interval(activity.bucket, 'bucket', backwards => true);
+    v_bucket := coalesce(activity.bucket, CASE WHEN activity.since <= interval '2 hours' THEN interval '1 minute'
+                                               WHEN activity.since <= interval '48 hours' THEN interval '15 minutes'
+                                               ELSE interval '1 hour' END);
+    IF extract(epoch FROM v_bucket) % 60 <> 0 THEN
+        PERFORM fenceq._raise('QF104', 'bucket must be a whole number of minutes');
+    END IF;
+    IF ceil(extract(epoch FROM activity.since) / extract(epoch FROM v_bucket)) > 10080 THEN
+        PERFORM fenceq._raise('QF104', 'since may hold at most 10080 buckets');
+    END IF;
+    v_count := ceil(extract(epoch FROM activity.since) / extract(epoch FROM v_bucket));
+    IF activity.queue IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = activity.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_end := fenceq._activity_end(clock_timestamp());
+    v_start := v_end - v_count * v_bucket;
+    RETURN QUERY
+    WITH samples AS MATERIALIZED (
+        SELECT a.queue, a.minute, a.submitted, a.claimed, a.retried, a.completed, a.failed, a.cancelled,
+               a.expired, a.pending, a.due, a.running, a.wait_hist, a.run_hist,
+               floor(extract(epoch FROM a.minute - v_start) / extract(epoch FROM v_bucket))::integer AS b
+          FROM fenceq._queues AS q
+          JOIN fenceq._activity AS a ON a.queue = q.queue AND a.minute >= v_start AND a.minute < v_end
+         WHERE activity.queue IS NULL OR q.queue = activity.queue),
+    sums AS (
+        SELECT s.b, sum(s.submitted) AS submitted, sum(s.claimed) AS claimed, sum(s.retried) AS retried,
+               sum(s.completed) AS completed, sum(s.failed) AS failed, sum(s.cancelled) AS cancelled,
+               sum(s.expired) AS expired
+          FROM samples AS s
+         GROUP BY s.b),
+    depth AS (
+        SELECT l.b, sum(l.pending) AS pending, sum(l.due) AS due, sum(l.running) AS running
+          FROM (SELECT DISTINCT ON (s.b, s.queue) s.b, s.pending, s.due, s.running
+                  FROM samples AS s
+                 WHERE s.pending IS NOT NULL
+                 ORDER BY s.b, s.queue, s.minute DESC) AS l
+         GROUP BY l.b),
+    merged AS (
+        SELECT h.b, h.kind, array_agg(h.n ORDER BY h.k) AS hist
+          FROM (SELECT s.b, 'wait' AS kind, e.k, sum(e.n)::bigint AS n
+                  FROM samples AS s CROSS JOIN LATERAL unnest(s.wait_hist) WITH ORDINALITY AS e(n, k)
+                 GROUP BY 1, 2, 3
+                UNION ALL
+                SELECT s.b, 'run', e.k, sum(e.n)::bigint
+                  FROM samples AS s CROSS JOIN LATERAL unnest(s.run_hist) WITH ORDINALITY AS e(n, k)
+                 GROUP BY 1, 2, 3) AS h
+         GROUP BY h.b, h.kind)
+    SELECT v_start + g.b * v_bucket, coalesce(t.submitted, 0)::bigint, coalesce(t.claimed, 0)::bigint,
+           coalesce(t.retried, 0)::bigint, coalesce(t.completed, 0)::bigint, coalesce(t.failed, 0)::bigint,
+           coalesce(t.cancelled, 0)::bigint, coalesce(t.expired, 0)::bigint,
+           d.pending::bigint, d.due::bigint, d.running::bigint,
+           fenceq._histogram_percentile(w.hist, 0.5), fenceq._histogram_percentile(w.hist, 0.95),
+           fenceq._histogram_percentile(r.hist, 0.5), fenceq._histogram_percentile(r.hist, 0.95)
+      FROM generate_series(0, v_count - 1) AS g(b)
+      LEFT JOIN sums AS t ON t.b = g.b
+      LEFT JOIN depth AS d ON d.b = g.b
+      LEFT JOIN merged AS w ON w.b = g.b AND w.kind = 'wait'
+      LEFT JOIN merged AS r ON r.b = g.b AND r.kind = 'run'
+     ORDER BY g.b;
+END
+$$;
+
+ALTER FUNCTION fenceq.activity(queue text, since interval, bucket interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.activity(queue text, since interval, bucket interval) IS 'A queue''s (or, for NULL, every queue''s) activity over the last since (at most 192 hours) in buckets, oldest first: counts, the depth last sampled in each bucket, wait and run time p50/p95 from the merged histograms. QF101 unknown queue, QF104 bad range. Workers and admins.';
+
 CREATE FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -2011,6 +2266,82 @@ $$;
 ALTER FUNCTION fenceq.cancel(job_id text, force boolean) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.cancel(job_id text, force boolean) IS 'Cancel a job: pending -> cancelled; claimed -> cancel_requested (or cancelled with force, killing the fence); terminal -> its status; unknown -> NULL. Notifies fenceq_control.';
+
+CREATE FUNCTION fenceq.cancel_jobs(queue text, job_ids text[] DEFAULT NULL::text[], task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 1000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_detail jsonb;
+    v_ids text[];
+    v_id text;
+    v_job fenceq._jobs;
+    v_after bigint;
+    v_changed integer := 0;
+BEGIN
+    PERFORM fenceq._check_bulk(cancel_jobs.queue, cancel_jobs.job_ids, cancel_jobs.task,
+                               cancel_jobs.payload_contains, NULL, cancel_jobs.max_rows);
+    IF cancel_jobs.include_claimed IS NULL OR cancel_jobs.force IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'include_claimed and force are required');
+    END IF;
+    IF cancel_jobs.force AND NOT cancel_jobs.include_claimed THEN
+        PERFORM fenceq._raise('QF100', 'force applies to claimed jobs: it needs include_claimed');
+    END IF;
+    v_detail := fenceq._action_detail('cancel_jobs', jsonb_build_object(
+        'job_ids', cardinality(cancel_jobs.job_ids), 'task', cancel_jobs.task,
+        'payload_contains', cancel_jobs.payload_contains, 'include_claimed', cancel_jobs.include_claimed,
+        'force', cancel_jobs.force));
+    SELECT coalesce(array_agg(l.job_id ORDER BY l.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.job_id IN (
+                SELECT m.job_id FROM (
+                    SELECT c.* FROM fenceq._jobs AS c
+                     WHERE cancel_jobs.job_ids IS NOT NULL AND c.job_id = ANY (cancel_jobs.job_ids)
+                    UNION ALL
+                    SELECT c.* FROM fenceq._jobs AS c
+                     WHERE cancel_jobs.job_ids IS NULL AND c.queue = cancel_jobs.queue AND c.status = 'pending'
+                    UNION ALL
+                    SELECT c.* FROM fenceq._jobs AS c
+                     WHERE cancel_jobs.job_ids IS NULL AND cancel_jobs.include_claimed
+                       AND c.queue = cancel_jobs.queue AND c.status = 'claimed') AS m
+                 WHERE m.queue = cancel_jobs.queue
+                   AND (m.status = 'pending'
+                        OR (cancel_jobs.include_claimed AND m.status = 'claimed'
+                            AND (cancel_jobs.force OR NOT m.cancel_requested)))
+                   AND (cancel_jobs.task IS NULL OR m.task = cancel_jobs.task)
+                   AND (cancel_jobs.payload_contains IS NULL OR m.payload @> cancel_jobs.payload_contains)
+                 ORDER BY m.seq
+                 LIMIT cancel_jobs.max_rows)
+           -- Judged again on the row as it is once locked.
+           AND (j.status = 'pending'
+                OR (cancel_jobs.include_claimed AND j.status = 'claimed'
+                    AND (cancel_jobs.force OR NOT j.cancel_requested)))
+         ORDER BY j.job_id
+           FOR UPDATE) AS l;
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = v_id;
+        -- A job of the selection that depends on one cancelled just before
+        -- was cancelled with it: nothing is left to do.
+        CONTINUE WHEN v_job.status NOT IN ('pending', 'claimed');
+        v_after := (SELECT max(e.seq) FROM fenceq._events AS e WHERE e.job_id = v_id);
+        PERFORM fenceq._record_action(v_id, v_after, fenceq._cancel_locked(v_job, cancel_jobs.force),
+            CASE WHEN v_job.status = 'pending' THEN jsonb_build_object('reason', 'cancel')
+                 WHEN cancel_jobs.force THEN jsonb_build_object('reason', 'force')
+                 ELSE '{}' END || v_detail);
+        IF v_job.status = 'claimed' THEN
+            PERFORM pg_notify('fenceq_control', v_id);
+        END IF;
+        v_changed := v_changed + 1;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+
+ALTER FUNCTION fenceq.cancel_jobs(queue text, job_ids text[], task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.cancel_jobs(queue text, job_ids text[], task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) IS 'Cancel, as cancel would, up to max_rows pending (with include_claimed, also claimed) jobs of a queue matching job_ids, task and payload_contains, oldest first; each change is one event with who and which filter. Returns how many changed. QF100 without job ids or a filter. Admins only.';
 
 CREATE FUNCTION fenceq.cancel_matching(queue text, task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 10000) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3561,6 +3892,79 @@ ALTER FUNCTION fenceq.replay_dead_letter(dlq_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.replay_dead_letter(dlq_id text) IS 'Return a dead-lettered job to pending with a fresh attempt budget; returns the job id, or NULL for an unknown or already handled letter; QF202 when its active key is now held by another active job.';
 
+CREATE FUNCTION fenceq.replay_dead_letters(queue text, job_ids text[] DEFAULT NULL::text[], task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, error_contains text DEFAULT NULL::text, max_rows integer DEFAULT 1000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_needle text := lower(replay_dead_letters.error_contains);
+    v_detail jsonb;
+    v_letters text[];
+    v_letter fenceq._dead_letters;
+    v_job fenceq._jobs;
+    v_after bigint;
+    v_changed integer := 0;
+BEGIN
+    PERFORM fenceq._check_bulk(replay_dead_letters.queue, replay_dead_letters.job_ids, replay_dead_letters.task,
+                               replay_dead_letters.payload_contains, replay_dead_letters.error_contains,
+                               replay_dead_letters.max_rows);
+    v_detail := fenceq._action_detail('replay_dead_letters', jsonb_build_object(
+        'job_ids', cardinality(replay_dead_letters.job_ids), 'task', replay_dead_letters.task,
+        'payload_contains', replay_dead_letters.payload_contains,
+        'error_contains', replay_dead_letters.error_contains));
+    SELECT coalesce(array_agg(l.dlq_id), '{}') INTO v_letters FROM (
+        SELECT d.dlq_id FROM fenceq._dead_letters AS d
+         WHERE d.dlq_id IN (
+                SELECT m.dlq_id FROM (
+                    SELECT c.dlq_id, c.job_id, c.failed_at FROM fenceq._dead_letters AS c
+                     WHERE replay_dead_letters.job_ids IS NOT NULL AND c.job_id = ANY (replay_dead_letters.job_ids)
+                       AND c.replayed_at IS NULL AND c.discarded_at IS NULL
+                    UNION ALL
+                    SELECT c.dlq_id, c.job_id, c.failed_at FROM fenceq._dead_letters AS c
+                     WHERE replay_dead_letters.job_ids IS NULL AND c.queue = replay_dead_letters.queue
+                       AND c.replayed_at IS NULL AND c.discarded_at IS NULL) AS m
+                  JOIN fenceq._jobs AS j ON j.job_id = m.job_id
+                 WHERE j.queue = replay_dead_letters.queue AND j.status = 'failed'
+                   AND (replay_dead_letters.task IS NULL OR j.task = replay_dead_letters.task)
+                   AND (replay_dead_letters.payload_contains IS NULL
+                        OR j.payload @> replay_dead_letters.payload_contains)
+                   AND (v_needle IS NULL OR strpos(lower(j.last_error), v_needle) > 0)
+                 ORDER BY m.failed_at, m.dlq_id
+                 LIMIT replay_dead_letters.max_rows)
+           AND d.replayed_at IS NULL AND d.discarded_at IS NULL
+         ORDER BY d.dlq_id
+           FOR UPDATE) AS l;
+    PERFORM fenceq._lock_identities(ARRAY(
+        SELECT k.key FROM fenceq._dead_letters AS d
+          JOIN fenceq._jobs AS j ON j.job_id = d.job_id
+         CROSS JOIN LATERAL unnest(fenceq._identity_keys(j.queue, j.active_key, NULL, NULL)) AS k(key)
+         WHERE d.dlq_id = ANY (v_letters) AND j.active_key IS NOT NULL));
+    FOR v_letter IN
+        SELECT d.* FROM fenceq._dead_letters AS d WHERE d.dlq_id = ANY (v_letters) ORDER BY d.failed_at, d.dlq_id
+    LOOP
+        SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = v_letter.job_id FOR UPDATE;
+        CONTINUE WHEN v_job.status IS DISTINCT FROM 'failed';
+        CONTINUE WHEN v_job.active_key IS NOT NULL
+            AND EXISTS (SELECT 1 FROM fenceq._jobs AS a
+                         WHERE a.queue = v_job.queue AND a.active_key = v_job.active_key
+                           AND a.status IN ('pending', 'claimed'));
+        v_after := (SELECT max(e.seq) FROM fenceq._events AS e WHERE e.job_id = v_job.job_id);
+        IF fenceq.replay_dead_letter(v_letter.dlq_id) IS NOT NULL THEN
+            PERFORM fenceq._record_action(v_job.job_id, v_after, 'replayed',
+                                          jsonb_build_object('dlq_id', v_letter.dlq_id) || v_detail);
+            v_changed := v_changed + 1;
+        END IF;
+    END LOOP;
+    RETURN v_changed;
+END
+$$;
+
+ALTER FUNCTION fenceq.replay_dead_letters(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.replay_dead_letters(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) IS 'Replay, as replay_dead_letter would, up to max_rows unhandled dead letters of a queue''s failed jobs matching job_ids, task, payload_contains and error_contains, oldest first, skipping a job whose active key is held; each replay is one event with who and which filter. Returns how many jobs were replayed. QF100 without job ids or a filter. Admins only.';
+
 CREATE FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -3618,6 +4022,299 @@ $$;
 ALTER FUNCTION fenceq.resume_queue(queue text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.resume_queue(queue text) IS 'Resume claims from a paused queue (notifying fenceq_jobs when the queue notifies). True when the flag changed; QF101 for an unknown queue.';
+
+CREATE FUNCTION fenceq.retry_jobs(queue text, job_ids text[] DEFAULT NULL::text[], task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, error_contains text DEFAULT NULL::text, max_rows integer DEFAULT 1000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_needle text := lower(retry_jobs.error_contains);
+    v_ids text[];
+    v_now timestamptz;
+    v_changed integer;
+BEGIN
+    PERFORM fenceq._check_bulk(retry_jobs.queue, retry_jobs.job_ids, retry_jobs.task, retry_jobs.payload_contains,
+                               retry_jobs.error_contains, retry_jobs.max_rows);
+    v_now := clock_timestamp();
+    SELECT coalesce(array_agg(l.job_id), '{}') INTO v_ids FROM (
+        SELECT j.job_id FROM fenceq._jobs AS j
+         WHERE j.job_id IN (
+                SELECT m.job_id FROM (
+                    SELECT c.* FROM fenceq._jobs AS c
+                     WHERE retry_jobs.job_ids IS NOT NULL AND c.job_id = ANY (retry_jobs.job_ids)
+                    UNION ALL
+                    SELECT c.* FROM fenceq._jobs AS c
+                     WHERE retry_jobs.job_ids IS NULL AND c.queue = retry_jobs.queue
+                       AND c.status = 'pending' AND c.scheduled AND c.run_at > v_now) AS m
+                 WHERE m.queue = retry_jobs.queue AND m.status = 'pending' AND m.attempts > 0
+                   AND m.blocked_by IS NULL AND m.run_at > v_now
+                   AND (retry_jobs.task IS NULL OR m.task = retry_jobs.task)
+                   AND (retry_jobs.payload_contains IS NULL OR m.payload @> retry_jobs.payload_contains)
+                   AND (v_needle IS NULL OR strpos(lower(m.last_error), v_needle) > 0)
+                 ORDER BY m.run_at, m.job_id
+                 LIMIT retry_jobs.max_rows)
+         ORDER BY j.job_id
+           FOR UPDATE) AS l;
+    v_now := clock_timestamp();
+    WITH retried AS (
+        UPDATE fenceq._jobs AS j
+           SET run_at = v_now, scheduled = false  -- due now: ready (part 1c)
+         WHERE j.job_id = ANY (v_ids)
+           AND j.status = 'pending' AND j.attempts > 0 AND j.blocked_by IS NULL AND j.run_at > v_now
+        RETURNING j.job_id, j.queue)
+    INSERT INTO fenceq._events (job_id, queue, at, event, generation, owner_id, detail)
+    SELECT r.job_id, r.queue, clock_timestamp(), 'retry_forced', NULL, NULL,
+           fenceq._action_detail('retry_jobs', jsonb_build_object(
+               'job_ids', cardinality(retry_jobs.job_ids), 'task', retry_jobs.task,
+               'payload_contains', retry_jobs.payload_contains, 'error_contains', retry_jobs.error_contains))
+      FROM retried AS r
+     ORDER BY r.job_id;
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    IF v_changed > 0 THEN
+        PERFORM fenceq._notify_jobs(retry_jobs.queue);
+    END IF;
+    RETURN v_changed;
+END
+$$;
+
+ALTER FUNCTION fenceq.retry_jobs(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.retry_jobs(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) IS 'Make due now up to max_rows pending jobs of a queue waiting for a retry (attempts > 0, run_at ahead, not blocked) that match job_ids, task, payload_contains and error_contains; each gets a retry_forced event. Returns how many changed. QF100 without job ids or a filter. Admins only.';
+
+CREATE FUNCTION fenceq.sample_activity(max_minutes integer DEFAULT 60, keep interval DEFAULT '192:00:00'::interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_end timestamptz;
+    v_oldest timestamptz;
+    v_queues text[];
+    v_starts timestamptz[];
+    v_stops timestamptz[];
+    v_from timestamptz;
+    v_written integer := 0;
+BEGIN
+    IF sample_activity.max_minutes IS NULL OR sample_activity.max_minutes NOT BETWEEN 1 AND 11520 THEN
+        PERFORM fenceq._raise('QF104', 'max_minutes must be an integer from 1 to 11520');
+    END IF;
+    PERFORM fenceq._check_interval(sample_activity.keep, 'keep', nullable => false, backwards => true);
+    IF sample_activity.keep < interval '1 minute' THEN
+        PERFORM fenceq._raise('QF105', 'keep must be at least a minute');
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fenceq.sample_activity', 0)) THEN
+        RETURN 0;  -- another sampler is at it now
+    END IF;
+    v_now := clock_timestamp();
+    v_end := fenceq._activity_end(v_now);
+    -- The oldest minute kept: whole minutes of keep before the end.
+    v_oldest := v_end - make_interval(mins => floor(extract(epoch FROM sample_activity.keep) / 60)::integer);
+    SELECT array_agg(w.queue ORDER BY w.queue), array_agg(w.m0 ORDER BY w.queue),
+           array_agg(least(w.m0 + make_interval(mins => sample_activity.max_minutes), v_end) ORDER BY w.queue),
+           min(w.m0)
+      INTO v_queues, v_starts, v_stops, v_from
+      FROM (SELECT q.queue,
+                   greatest(coalesce(l.last + interval '1 minute', v_end - interval '1 minute'), v_oldest) AS m0
+              FROM fenceq._queues AS q
+             CROSS JOIN LATERAL (SELECT max(a.minute) AS last FROM fenceq._activity AS a
+                                  WHERE a.queue = q.queue) AS l) AS w
+     WHERE w.m0 < v_end;
+    IF v_from IS NOT NULL THEN
+        INSERT INTO fenceq._activity AS a (queue, minute, submitted, claimed, retried, completed, failed,
+                                           cancelled, expired, pending, due, running, wait_hist, run_hist)
+        WITH windows AS (
+            SELECT w.queue, w.m0, w.m1 FROM unnest(v_queues, v_starts, v_stops) AS w(queue, m0, m1)),
+        jobs AS MATERIALIZED (
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+              FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'pending'
+            UNION ALL
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+              FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'claimed'
+            UNION ALL
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+              FROM fenceq._jobs AS j
+             WHERE j.finished_at >= v_from AND j.queue = ANY (v_queues)),
+        facts AS (
+            -- What happened, when: a submission, a claim, an end (with the
+            -- wait and run time of a completion or failure).
+            SELECT j.queue, j.created_at AS at, 'submitted' AS what, false AS again,
+                   NULL::interval AS wait, NULL::interval AS run
+              FROM jobs AS j
+             WHERE j.created_at >= v_from AND j.created_at < v_end
+            UNION ALL
+            SELECT j.queue, c.claimed_at, 'claimed', c.generation > 1, NULL, NULL
+              FROM jobs AS j JOIN fenceq._claims AS c ON c.job_id = j.job_id
+             WHERE j.generation > 0 AND c.claimed_at >= v_from AND c.claimed_at < v_end
+            UNION ALL
+            SELECT j.queue, j.finished_at, j.status, false,
+                   c.claimed_at - j.run_at, j.finished_at - c.claimed_at
+              FROM jobs AS j
+              LEFT JOIN fenceq._claims AS c
+                ON j.status IN ('completed', 'failed') AND c.job_id = j.job_id AND c.generation = j.generation
+             WHERE j.finished_at < v_end),
+        per_minute AS (
+            SELECT f.queue, date_trunc('minute', f.at, 'UTC') AS minute,
+                   count(*) FILTER (WHERE f.what = 'submitted') AS submitted,
+                   count(*) FILTER (WHERE f.what = 'claimed') AS claimed,
+                   count(*) FILTER (WHERE f.what = 'claimed' AND f.again) AS retried,
+                   count(*) FILTER (WHERE f.what = 'completed') AS completed,
+                   count(*) FILTER (WHERE f.what = 'failed') AS failed,
+                   count(*) FILTER (WHERE f.what = 'cancelled') AS cancelled,
+                   count(*) FILTER (WHERE f.what = 'expired') AS expired,
+                   fenceq._histogram(array_agg(f.wait) FILTER (WHERE f.wait IS NOT NULL)) AS wait_hist,
+                   fenceq._histogram(array_agg(f.run) FILTER (WHERE f.run IS NOT NULL)) AS run_hist
+              FROM facts AS f
+             GROUP BY 1, 2),
+        depth AS (
+            SELECT j.queue, count(*) FILTER (WHERE j.status = 'pending') AS pending,
+                   count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= v_now) AS due,
+                   count(*) FILTER (WHERE j.status = 'claimed') AS running
+              FROM jobs AS j
+             WHERE j.finished_at IS NULL
+             GROUP BY j.queue)
+        SELECT w.queue, m.minute, coalesce(p.submitted, 0), coalesce(p.claimed, 0), coalesce(p.retried, 0),
+               coalesce(p.completed, 0), coalesce(p.failed, 0), coalesce(p.cancelled, 0), coalesce(p.expired, 0),
+               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.pending, 0) END,
+               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.due, 0) END,
+               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.running, 0) END,
+               coalesce(p.wait_hist, '{}'), coalesce(p.run_hist, '{}')
+          FROM windows AS w
+         CROSS JOIN LATERAL generate_series(w.m0, w.m1 - interval '1 minute', interval '1 minute') AS m(minute)
+          LEFT JOIN per_minute AS p ON p.queue = w.queue AND p.minute = m.minute
+          LEFT JOIN depth AS d ON d.queue = w.queue
+         ORDER BY w.queue, m.minute
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS v_written = ROW_COUNT;
+    END IF;
+    DELETE FROM fenceq._activity AS a
+     USING fenceq._queues AS q
+     WHERE a.queue = q.queue AND a.minute < v_oldest;
+    RETURN v_written;
+END
+$$;
+
+ALTER FUNCTION fenceq.sample_activity(max_minutes integer, keep interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.sample_activity(max_minutes integer, keep interval) IS 'Write every queue''s closed minutes that have no activity row yet (oldest first, at most max_minutes per queue, none older than keep), then delete rows older than keep. Returns rows written; 0 at once while another sampler runs. Workers and admins.';
+
+CREATE FUNCTION fenceq.search_jobs(queue text DEFAULT NULL::text, status text DEFAULT NULL::text, task text DEFAULT NULL::text, payload_contains jsonb DEFAULT NULL::jsonb, error_contains text DEFAULT NULL::text, submission_prefix text DEFAULT NULL::text, since timestamp with time zone DEFAULT NULL::timestamp with time zone, until timestamp with time zone DEFAULT NULL::timestamp with time zone, before_seq bigint DEFAULT NULL::bigint, max_rows integer DEFAULT 50, max_scan integer DEFAULT 10000) RETURNS SETOF fenceq.job_search_row
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_range text;
+    v_prefix_end text;
+    v_needle text := lower(search_jobs.error_contains);
+BEGIN
+    PERFORM fenceq._check_name(search_jobs.queue, 'queue', nullable => true);
+    IF search_jobs.status NOT IN ('pending', 'claimed', 'completed', 'failed', 'cancelled', 'expired') THEN
+        PERFORM fenceq._raise('QF100', 'status must be a job status');
+    END IF;
+    PERFORM fenceq._check_name(search_jobs.task, 'task', nullable => true);
+    IF jsonb_typeof(search_jobs.payload_contains) NOT IN ('object', 'array') THEN
+        PERFORM fenceq._raise('QF100', 'payload_contains must be a JSON object or array');
+    END IF;
+    PERFORM fenceq._check_json(search_jobs.payload_contains, 'payload_contains');
+    PERFORM fenceq._check_name(search_jobs.error_contains, 'error_contains', max_length => 1000,
+                               nullable => true, code => 'QF100');
+    PERFORM fenceq._check_name(search_jobs.submission_prefix, 'submission_prefix', nullable => true);
+    PERFORM fenceq._check_time(search_jobs.since, 'since');
+    PERFORM fenceq._check_time(search_jobs.until, 'until');
+    IF search_jobs.max_rows IS NULL OR search_jobs.max_rows NOT BETWEEN 1 AND 1000 THEN
+        PERFORM fenceq._raise('QF104', 'max_rows must be an integer from 1 to 1000');
+    END IF;
+    IF search_jobs.max_scan IS NULL OR search_jobs.max_scan NOT BETWEEN 1 AND 1000000 THEN
+        PERFORM fenceq._raise('QF104', 'max_scan must be an integer from 1 to 1000000');
+    END IF;
+    IF search_jobs.status IN ('pending', 'claimed')
+       AND (search_jobs.since IS NOT NULL OR search_jobs.until IS NOT NULL) THEN
+        PERFORM fenceq._raise('QF100', 'since and until bound when a job finished: not with a live status');
+    END IF;
+    v_range := CASE WHEN search_jobs.submission_prefix IS NOT NULL THEN 'prefix'
+                    WHEN search_jobs.status IN ('pending', 'claimed') THEN search_jobs.status
+                    WHEN search_jobs.status IS NOT NULL OR search_jobs.since IS NOT NULL
+                         OR search_jobs.until IS NOT NULL OR search_jobs.error_contains IS NOT NULL THEN 'finished'
+               END;
+    IF v_range IS NULL THEN
+        PERFORM fenceq._raise('QF100', 'search needs a submission prefix, a status or a time window');
+    END IF;
+    IF search_jobs.queue IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = search_jobs.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    -- Submission ids are compared byte by byte (COLLATE "C": code point
+    -- order) and hold at most 255 characters, so those that start with the
+    -- prefix are exactly those from it up to the prefix followed by 256 -
+    -- length(prefix) of the greatest code point: a range of the primary key
+    -- whatever the plan, where LIKE would need its pattern known when planned.
+    v_prefix_end := search_jobs.submission_prefix
+                    || repeat(chr(1114111), 256 - length(search_jobs.submission_prefix));
+    RETURN QUERY
+    SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.status, j.attempts, j.max_attempts,
+           coalesce(j.blocked_run_at, j.run_at), j.expires_at, j.owner_id, j.generation, j.lease_expires_at,
+           j.budget_expires_at, j.cancel_requested, j.pid, j.result, j.last_error, j.submission_id,
+           j.fingerprint, j.active_key, j.dlq_id, j.created_at, j.finished_at, j.concurrency_key,
+           coalesce(j.blocked_by, 0), j.progress, j.progress_at, j.seq
+      FROM (
+        -- One of these reads rows; the others are cut off by their first,
+        -- constant condition before they read any.
+        (SELECT c.* FROM (SELECT s.job_id FROM fenceq._submissions AS s
+                           WHERE v_range = 'prefix'
+                             AND s.submission_id >= search_jobs.submission_prefix
+                             AND s.submission_id < v_prefix_end
+                           ORDER BY s.submission_id
+                           LIMIT search_jobs.max_scan) AS s
+           JOIN fenceq._jobs AS c ON c.job_id = s.job_id)
+        UNION ALL
+        (SELECT c.* FROM fenceq._jobs AS c
+          WHERE v_range = 'pending' AND search_jobs.queue IS NOT NULL
+            AND c.queue = search_jobs.queue AND c.status = 'pending'
+          ORDER BY c.queue, c.scheduled, c.priority DESC, c.run_at, c.seq
+          LIMIT search_jobs.max_scan)
+        UNION ALL
+        (SELECT c.* FROM fenceq._jobs AS c
+          WHERE v_range = 'pending' AND search_jobs.queue IS NULL AND c.status = 'pending'
+          ORDER BY c.queue, c.scheduled, c.priority DESC, c.run_at, c.seq
+          LIMIT search_jobs.max_scan)
+        UNION ALL
+        (SELECT c.* FROM fenceq._jobs AS c
+          WHERE v_range = 'claimed' AND search_jobs.queue IS NOT NULL
+            AND c.queue = search_jobs.queue AND c.status = 'claimed'
+          LIMIT search_jobs.max_scan)
+        UNION ALL
+        (SELECT c.* FROM fenceq._jobs AS c
+          WHERE v_range = 'claimed' AND search_jobs.queue IS NULL AND c.status = 'claimed'
+          ORDER BY c.queue
+          LIMIT search_jobs.max_scan)
+        UNION ALL
+        (SELECT c.* FROM fenceq._jobs AS c
+          WHERE v_range = 'finished'
+            AND c.finished_at >= coalesce(search_jobs.since, '-infinity')
+            AND c.finished_at < coalesce(search_jobs.until, 'infinity')
+          ORDER BY c.finished_at DESC
+          LIMIT search_jobs.max_scan)) AS j
+     WHERE (search_jobs.queue IS NULL OR j.queue = search_jobs.queue)
+       AND (search_jobs.status IS NULL OR j.status = search_jobs.status)
+       AND (search_jobs.task IS NULL OR j.task = search_jobs.task)
+       AND (search_jobs.payload_contains IS NULL OR j.payload @> search_jobs.payload_contains)
+       AND (v_needle IS NULL OR strpos(lower(j.last_error), v_needle) > 0)
+       AND (search_jobs.since IS NULL OR j.finished_at >= search_jobs.since)
+       AND (search_jobs.until IS NULL OR j.finished_at < search_jobs.until)
+       AND (search_jobs.before_seq IS NULL OR j.seq < search_jobs.before_seq)
+     ORDER BY j.seq DESC
+     LIMIT search_jobs.max_rows;
+END
+$$;
+
+ALTER FUNCTION fenceq.search_jobs(queue text, status text, task text, payload_contains jsonb, error_contains text, submission_prefix text, since timestamp with time zone, until timestamp with time zone, before_seq bigint, max_rows integer, max_scan integer) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.search_jobs(queue text, status text, task text, payload_contains jsonb, error_contains text, submission_prefix text, since timestamp with time zone, until timestamp with time zone, before_seq bigint, max_rows integer, max_scan integer) IS 'Jobs matching every filter, newest (seq) first, at most max_rows, below before_seq: read from one bounded index range (a submission prefix, the pending or claimed jobs, or the jobs finished in [since, until)), at most max_scan rows of it. QF100 without a prefix, status or time window. Workers and admins.';
 
 CREATE FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4286,7 +4983,14 @@ BEGIN
         ('_events', 'job_id', 'text', true), ('_events', 'seq', 'bigint', true),
         ('_events', 'queue', 'text', true), ('_events', 'at', 'timestamp with time zone', true),
         ('_events', 'event', 'text', true), ('_events', 'generation', 'bigint', false),
-        ('_events', 'owner_id', 'text', false), ('_events', 'detail', 'jsonb', true))
+        ('_events', 'owner_id', 'text', false), ('_events', 'detail', 'jsonb', true),
+        ('_activity', 'queue', 'text', true), ('_activity', 'minute', 'timestamp with time zone', true),
+        ('_activity', 'submitted', 'integer', true), ('_activity', 'claimed', 'integer', true),
+        ('_activity', 'retried', 'integer', true), ('_activity', 'completed', 'integer', true),
+        ('_activity', 'failed', 'integer', true), ('_activity', 'cancelled', 'integer', true),
+        ('_activity', 'expired', 'integer', true), ('_activity', 'pending', 'integer', false),
+        ('_activity', 'due', 'integer', false), ('_activity', 'running', 'integer', false),
+        ('_activity', 'wait_hist', 'integer[]', true), ('_activity', 'run_hist', 'integer[]', true))
     SELECT string_agg(e.tbl || '.' || e.col, ', ' ORDER BY e.tbl, e.col) INTO v_bad
       FROM expected AS e
       LEFT JOIN pg_attribute AS a
@@ -4348,8 +5052,24 @@ BEGIN
                    ELSE 'needs the partial unique index on _jobs (queue, active_key) WHERE active' END;
     RETURN NEXT;
 
-    -- The public shapes callers read: the claim type and the views, with
-    -- their columns in contract order (they are only ever appended to).
+    -- One activity row per queue and minute: sample_activity's ON CONFLICT
+    -- DO NOTHING writes each minute once only against this exact index.
+    SELECT count(*) = 1 INTO ok
+      FROM pg_index AS i
+     WHERE i.indrelid = to_regclass('fenceq._activity') AND i.indisunique AND i.indisvalid
+       AND i.indnatts = 2 AND i.indexprs IS NULL AND i.indpred IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+              FROM unnest(i.indkey::smallint[]) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+           = ARRAY['queue', 'minute'];
+    check_name := 'activity_minute_unique';
+    detail := CASE WHEN ok THEN 'unique index on _activity (queue, minute)'
+                   ELSE 'needs exactly one unique index on _activity (queue, minute)' END;
+    RETURN NEXT;
+
+    -- The public shapes callers read: the claim type, search_jobs' row type
+    -- and the views, with their columns in contract order (they are only
+    -- ever appended to).
     WITH expected(obj, cols) AS (VALUES
         ('claim', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'attempt', 'max_attempts',
                         'owner_id', 'generation', 'claim_token', 'lease_expires_at', 'budget_expires_at',
@@ -4375,7 +5095,13 @@ BEGIN
                             'last_job_id']),
         ('dispatches', ARRAY['job_id', 'queue', 'backend', 'state', 'reservation_ref', 'execution_ref',
                              'owner_id', 'generation', 'lease_expires_at', 'checked_at']),
-        ('job_events', ARRAY['job_id', 'seq', 'at', 'event', 'generation', 'owner_id', 'detail']))
+        ('job_events', ARRAY['job_id', 'seq', 'at', 'event', 'generation', 'owner_id', 'detail']),
+        ('job_search_row', ARRAY['job_id', 'queue', 'task', 'payload', 'priority', 'status', 'attempts',
+                                 'max_attempts', 'run_at', 'expires_at', 'owner_id', 'generation',
+                                 'lease_expires_at', 'budget_expires_at', 'cancel_requested', 'pid', 'result',
+                                 'last_error', 'submission_id', 'fingerprint', 'active_key', 'dlq_id',
+                                 'created_at', 'finished_at', 'concurrency_key', 'blocked_by', 'progress',
+                                 'progress_at', 'seq']))
     SELECT string_agg(e.obj, ', ' ORDER BY e.obj) INTO v_bad
       FROM expected AS e
      WHERE e.cols IS DISTINCT FROM (
@@ -4385,7 +5111,7 @@ BEGIN
               JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              WHERE n.nspname = 'fenceq' AND c.relname = e.obj AND c.relkind IN ('v', 'c'));
     check_name := 'public_shapes'; ok := v_bad IS NULL;
-    detail := coalesce('missing or reordered columns: ' || v_bad, 'claim type and views as expected');
+    detail := coalesce('missing or reordered columns: ' || v_bad, 'the types and views as expected');
     RETURN NEXT;
 
     -- No default may manufacture identity or an invalid state.
@@ -4495,20 +5221,39 @@ $$;
 
 ALTER FUNCTION fenceq.verify_schema() OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.verify_schema() IS 'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key index, the claim type and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
+COMMENT ON FUNCTION fenceq.verify_schema() IS 'Admission check of the deployed schema: encoding, column types, deterministic collations, exact unique identity indexes, the active-key and activity indexes, the public types and views, safe defaults, no triggers, SECURITY DEFINER with pinned search_path, no PUBLIC EXECUTE, no superuser owner. One row per check.';
 
 CREATE FUNCTION fenceq.version() RETURNS text
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '6';
+    RETURN '7';
 END
 $$;
 
 ALTER FUNCTION fenceq.version() OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';
+
+CREATE TABLE fenceq._activity (
+    queue text NOT NULL COLLATE pg_catalog."C",
+    minute timestamp with time zone NOT NULL,
+    submitted integer NOT NULL,
+    claimed integer NOT NULL,
+    retried integer NOT NULL,
+    completed integer NOT NULL,
+    failed integer NOT NULL,
+    cancelled integer NOT NULL,
+    expired integer NOT NULL,
+    pending integer,
+    due integer,
+    running integer,
+    wait_hist integer[] NOT NULL,
+    run_hist integer[] NOT NULL
+);
+
+ALTER TABLE fenceq._activity OWNER TO fenceq_owner;
 
 CREATE TABLE fenceq._checkpoints (
     job_id text NOT NULL COLLATE pg_catalog."C",
@@ -4808,6 +5553,9 @@ CREATE TABLE fenceq_migrations.yoyo_lock (
 
 ALTER TABLE fenceq_migrations.yoyo_lock OWNER TO postgres;
 
+ALTER TABLE ONLY fenceq._activity
+    ADD CONSTRAINT _activity_pkey PRIMARY KEY (queue, minute);
+
 ALTER TABLE ONLY fenceq._checkpoints
     ADD CONSTRAINT _checkpoints_pkey PRIMARY KEY (job_id, step);
 
@@ -4857,6 +5605,8 @@ CREATE INDEX _claims_job_idx ON fenceq._claims USING btree (job_id, generation);
 
 CREATE INDEX _dead_letters_job_idx ON fenceq._dead_letters USING btree (job_id);
 
+CREATE INDEX _dead_letters_unhandled_idx ON fenceq._dead_letters USING btree (queue, failed_at) WHERE ((replayed_at IS NULL) AND (discarded_at IS NULL));
+
 CREATE INDEX _dependencies_job_idx ON fenceq._dependencies USING btree (job_id);
 
 CREATE INDEX _dispatches_backend_idx ON fenceq._dispatches USING btree (backend);
@@ -4885,6 +5635,10 @@ GRANT USAGE ON SCHEMA fenceq TO fenceq_producer;
 GRANT USAGE ON SCHEMA fenceq TO fenceq_worker;
 GRANT USAGE ON SCHEMA fenceq TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq._action_detail(action text, filter jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._activity_end(now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._backoff(attempt integer, base interval, factor double precision, max interval) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._cancel_locked(job fenceq._jobs, force boolean) FROM PUBLIC;
@@ -4894,6 +5648,8 @@ REVOKE ALL ON FUNCTION fenceq._canonical_json(value jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION fenceq._check_batch(job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_batch_graph(requests jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._check_bulk(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._check_dependencies(depends_on text[], job_id text) FROM PUBLIC;
 
@@ -4934,6 +5690,10 @@ REVOKE ALL ON FUNCTION fenceq._dead_letter(job fenceq._jobs, error text, now tim
 REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._histogram(durations interval[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
 
@@ -4983,6 +5743,8 @@ REVOKE ALL ON FUNCTION fenceq._pick_limited(queue text, wanted integer) FROM PUB
 
 REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._record_action(job_id text, after_seq bigint, event text, detail jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._record_event(job_id text, queue text, event text, generation bigint, owner_id text, detail jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._record_events(job_ids text[], event text, detail jsonb) FROM PUBLIC;
@@ -5007,6 +5769,10 @@ REVOKE ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interva
 GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.acquire_lock(lock text, owner_id text, ttl interval) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.activity(queue text, since interval, bucket interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.activity(queue text, since interval, bucket interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.activity(queue text, since interval, bucket interval) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.adopt_dispatch(job_id text, backend text, expected_ref text, owner_id text, claim_token text, lease interval) TO fenceq_admin;
@@ -5016,6 +5782,9 @@ GRANT ALL ON FUNCTION fenceq.alter_queue(queue text, lease interval, max_attempt
 
 REVOKE ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.cancel(job_id text, force boolean) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.cancel_jobs(queue text, job_ids text[], task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.cancel_jobs(queue text, job_ids text[], task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.cancel_matching(queue text, task text, payload_contains jsonb, include_claimed boolean, force boolean, max_rows integer) TO fenceq_admin;
@@ -5141,12 +5910,26 @@ GRANT ALL ON FUNCTION fenceq.replace_dispatch_ref(job_id text, owner_id text, ge
 REVOKE ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.replay_dead_letter(dlq_id text) TO fenceq_admin;
 
+REVOKE ALL ON FUNCTION fenceq.replay_dead_letters(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.replay_dead_letters(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) TO fenceq_admin;
+
 REVOKE ALL ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.reserve_dispatch(job_id text, owner_id text, generation bigint, claim_token text, backend text, reservation_ref text) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.resume_queue(queue text) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.resume_queue(queue text) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.retry_jobs(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.retry_jobs(queue text, job_ids text[], task text, payload_contains jsonb, error_contains text, max_rows integer) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.sample_activity(max_minutes integer, keep interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.sample_activity(max_minutes integer, keep interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.sample_activity(max_minutes integer, keep interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.search_jobs(queue text, status text, task text, payload_contains jsonb, error_contains text, submission_prefix text, since timestamp with time zone, until timestamp with time zone, before_seq bigint, max_rows integer, max_scan integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.search_jobs(queue text, status text, task text, payload_contains jsonb, error_contains text, submission_prefix text, since timestamp with time zone, until timestamp with time zone, before_seq bigint, max_rows integer, max_scan integer) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.search_jobs(queue text, status text, task text, payload_contains jsonb, error_contains text, submission_prefix text, since timestamp with time zone, until timestamp with time zone, before_seq bigint, max_rows integer, max_scan integer) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.set_pid(job_id text, owner_id text, generation bigint, claim_token text, pid integer) TO fenceq_worker;

@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 6.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 7.
 -- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
@@ -408,5 +408,32 @@ SELECT e.job_id, e.seq,
        e.event, e.generation, e.owner_id, e.detail
   FROM fenceq__events AS e;
 
+-- The operator's view over time (version 7, docs/design-v7.md §1): one row
+-- per queue and closed minute (minute: its start), written once by
+-- sample_activity, never on the hot path. The depth (pending, due,
+-- running) is the live count when the row was sampled, NULL for a minute
+-- caught up later. wait_hist and run_hist are JSON arrays of counts, bucket
+-- k holding the durations of floor(4 * log2(max(ms, 1))) = k (at most
+-- 127), trimmed at the last non-zero one. It holds no job ids: purge leaves
+-- it; sample_activity deletes what is older than its keep. Read by the
+-- primary key: a queue's range of minutes.
+CREATE TABLE IF NOT EXISTS fenceq__activity (
+    queue     TEXT NOT NULL,
+    minute    INTEGER NOT NULL,
+    submitted INTEGER NOT NULL,
+    claimed   INTEGER NOT NULL,
+    retried   INTEGER NOT NULL,
+    completed INTEGER NOT NULL,
+    failed    INTEGER NOT NULL,
+    cancelled INTEGER NOT NULL,
+    expired   INTEGER NOT NULL,
+    pending   INTEGER,
+    due       INTEGER,
+    running   INTEGER,
+    wait_hist TEXT NOT NULL,
+    run_hist  TEXT NOT NULL,
+    PRIMARY KEY (queue, minute)
+) STRICT, WITHOUT ROWID;
+
 -- The schema version, read by version.sql.
-PRAGMA user_version = 6;
+PRAGMA user_version = 7;

@@ -39,10 +39,10 @@ def test_install_script_is_idempotent_and_leaves_migrate_nothing_to_do(tmp_path)
     assert all(check.ok for check in migrate_sqlite(url))
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM _yoyo_log").fetchone() == (0,)  # nothing applied
-        assert conn.execute("SELECT count(*) FROM _yoyo_migration").fetchone() == (6,)  # 0001 to 0006
+        assert conn.execute("SELECT count(*) FROM _yoyo_migration").fetchone() == (7,)  # 0001 to 0007
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     with fenceq.connect(url) as client:
-        assert client.version() == "6"
+        assert client.version() == "7"
 
 
 def test_concurrent_migrations_from_several_processes(tmp_path):
@@ -54,7 +54,7 @@ def test_concurrent_migrations_from_several_processes(tmp_path):
         assert process.returncode == 0, err
     assert all(checks(url).values())
     with contextlib.closing(sqlite3.connect(tmp_path / "raced.db")) as conn:
-        assert conn.execute("SELECT count(*) FROM _yoyo_migration").fetchone() == (6,)  # 0001 to 0006
+        assert conn.execute("SELECT count(*) FROM _yoyo_migration").fetchone() == (7,)  # 0001 to 0007
 
 
 TAMPERED = {

@@ -36,7 +36,7 @@ from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, co
 from .results import Kind, answer
 from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -686,6 +686,15 @@ EXPECTED_COLUMNS["fenceq__events"] = {
     "seq": ("INTEGER", False), "job_id": ("TEXT", True), "queue": ("TEXT", True), "at": ("INTEGER", True),
     "event": ("TEXT", True), "generation": ("INTEGER", False), "owner_id": ("TEXT", False),
     "detail": ("TEXT", True)}
+
+# The operator's view over time (version 7, docs/design-v7.md).
+TABLES += ("fenceq__activity",)
+EXPECTED_COLUMNS["fenceq__activity"] = {
+    "queue": ("TEXT", True), "minute": ("INTEGER", True), "submitted": ("INTEGER", True),
+    "claimed": ("INTEGER", True), "retried": ("INTEGER", True), "completed": ("INTEGER", True),
+    "failed": ("INTEGER", True), "cancelled": ("INTEGER", True), "expired": ("INTEGER", True),
+    "pending": ("INTEGER", False), "due": ("INTEGER", False), "running": ("INTEGER", False),
+    "wait_hist": ("TEXT", True), "run_hist": ("TEXT", True)}
 
 # The only defaults allowed: none may manufacture identity or a state.
 EXPECTED_DEFAULTS = {

@@ -34,21 +34,8 @@ SELECT sqlstate, message FROM (
      WHERE NOT {{identifier(:queue, 255)}}
     UNION ALL SELECT 2, 'QF102', 'fenceq: task must be 1 to 255 characters'
      WHERE NOT (:task IS NULL OR {{identifier(:task, 255)}})
-    UNION ALL SELECT 3, 'QF103', 'fenceq: payload_contains must be finite JSON without \u0000'
-     WHERE NOT {{optional_json(:payload_contains)}}
-    UNION ALL SELECT 4, 'QF100', 'fenceq: payload_contains must be a JSON object or array'
-     WHERE json_type({{valid_json(:payload_contains)}}) NOT IN ('object', 'array')
-    UNION ALL SELECT 5, 'QF103', 'fenceq: payload_contains exceeds 1 MiB in canonical form'
-     WHERE NOT {{optional_within_1_mib(:payload_contains)}}
-    UNION ALL SELECT 6, 'QF100', 'fenceq: on SQLite payload_contains may not hold an object or array inside an array'
-     WHERE EXISTS (SELECT 1
-                     FROM json_tree({{valid_json(:payload_contains)}}) AS b
-                    WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
-    UNION ALL SELECT 7, 'QF100', 'fenceq: include_claimed and force must be booleans'
-     WHERE NOT ({{optional_integer(:include_claimed, IN (0, 1))}}
-                AND {{optional_integer(:force, IN (0, 1))}})
-    UNION ALL SELECT 8, 'QF100', 'fenceq: force applies to claimed jobs: it needs include_claimed'
-     WHERE coalesce(:force, 0) IS 1 AND coalesce(:include_claimed, 0) IS NOT 1
+    {{payload_contains_checks(:payload_contains, 3, 4, 5, 6)}}
+    {{cancel_flag_checks(7, 8)}}
     UNION ALL SELECT 9, 'QF104', 'fenceq: max_rows must be an integer from 1 to 100000'
      WHERE NOT {{optional_integer(:max_rows, BETWEEN 1 AND 100000)}}
     UNION ALL SELECT 10, 'QF101', 'fenceq: unknown queue'
@@ -64,19 +51,9 @@ INSERT INTO temp.fenceq_cancel (seq, answer, now)
 SELECT m.seq, {{cancel_answer(m, coalesce(:force, 0))}}, clock.now
   FROM clock JOIN fenceq__jobs AS m
  WHERE m.queue = :queue
-   AND (m.status = 'pending'
-        OR (coalesce(:include_claimed, 0) AND m.status = 'claimed'
-            AND (coalesce(:force, 0) OR NOT m.cancel_requested)))
+   AND {{cancel_chooses(m)}}
    AND (:task IS NULL OR m.task = :task)
-   AND (:payload_contains IS NULL OR NOT EXISTS (
-        SELECT 1 FROM json_tree({{valid_json(:payload_contains)}}) AS b
-         WHERE NOT EXISTS (
-               SELECT 1 FROM json_tree(m.payload) AS a
-                WHERE CASE WHEN typeof(b.key) = 'integer' THEN typeof(a.key) = 'integer' AND a.path = b.path
-                           ELSE a.fullkey = b.fullkey END
-                  AND CASE WHEN a.type IN ('integer', 'real') THEN 'number' ELSE a.type END
-                      = CASE WHEN b.type IN ('integer', 'real') THEN 'number' ELSE b.type END
-                  AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
+   AND {{payload_contains(m, :payload_contains)}}
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY m.seq
  LIMIT {{row_limit(:max_rows, 10000)}};

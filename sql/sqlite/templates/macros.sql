@@ -72,6 +72,36 @@ CASE WHEN $row.backoff_base <= 0 THEN 0
      ELSE CAST(round($row.backoff_base * power($row.backoff_factor, max($row.attempts - 1, 0)))
                AS INTEGER) END
 
+-- macro: floor_to(micros, width)
+-- INTEGER microseconds $micros down to a multiple of $width since 1970
+-- (floor division, so that times before 1970 round down too).
+(($micros) - ((($micros) % $width) + $width) % $width)
+
+-- macro: duration_bucket(micros)
+-- The histogram bucket of a duration of $micros microseconds (version 7,
+-- docs/design-v7.md §1): floor(4 * log2(max(milliseconds, 1))), at most 127
+-- (quarter powers of two: 1 ms to about 50 days).
+min(CAST(floor(4 * log2(max(($micros) / 1000.0, 1))) AS INTEGER), 127)
+
+-- macro: bucket_middle(k)
+-- The geometric middle of histogram bucket $k, in INTEGER microseconds: how
+-- a percentile that falls in the bucket is read.
+CAST(round(power(2, ($k + 0.5) / 4) * 1000) AS INTEGER)
+
+-- macro: histogram(minute, kind)
+-- sample_activity: the histogram $kind of the row $minute (queue, minute)
+-- as a JSON array of counts from bucket 0 to its last non-zero bucket ([]
+-- for none), from temp.fenceq_sample_hist.
+(SELECT '[' || coalesce(group_concat(coalesce(b.n, 0), ','), '') || ']'
+   FROM (SELECT k.k, h.n
+           FROM (WITH RECURSIVE ks(k) AS (SELECT 0 UNION ALL SELECT ks.k + 1 FROM ks WHERE ks.k < 127)
+                 SELECT ks.k FROM ks) AS k
+           LEFT JOIN temp.fenceq_sample_hist AS h
+                  ON h.queue = $minute.queue AND h.minute = $minute.minute AND h.kind = $kind AND h.k = k.k
+          WHERE k.k <= (SELECT max(x.k) FROM temp.fenceq_sample_hist AS x
+                         WHERE x.queue = $minute.queue AND x.minute = $minute.minute AND x.kind = $kind)
+          ORDER BY k.k) AS b)
+
 -- Checks: each is true for an acceptable value ------------------------------
 
 -- macro: identifier(value, longest)
@@ -182,6 +212,14 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_cancel (
     seq INTEGER NOT NULL, answer TEXT NOT NULL, now INTEGER NOT NULL);
 DELETE FROM temp.fenceq_cancel;
 
+-- macro: cancel_chooses(job)
+-- Whether cancel_matching's rule takes job $job: pending, or with
+-- :include_claimed claimed, unless its cancel is requested already and
+-- :force is not given.
+($job.status = 'pending'
+ OR (coalesce(:include_claimed, 0) AND $job.status = 'claimed'
+     AND (coalesce(:force, 0) OR NOT $job.cancel_requested)))
+
 -- macro: cancel_answer(job, force)
 -- What a cancel makes of job $job: pending (or claimed, with $force) ->
 -- 'cancelled', which kills any fence; claimed -> 'cancel_requested'; a
@@ -197,12 +235,25 @@ CASE WHEN $job.status = 'pending' OR ($job.status = 'claimed' AND $force) THEN '
 -- cancel_requested unless it was requested already.
 {{history_event(
     temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq,
-    j.status IN ('pending', 'claimed') AND NOT (c.answer = 'cancel_requested' AND j.cancel_requested)
+    {{cancel_changes(c, j)}}
     AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error),
     c.answer, {{claim_of(j)}},
-    CASE WHEN c.answer = 'cancel_requested' THEN '{}'
-         WHEN j.status = 'claimed' THEN '{"reason":"force"}' ELSE '{"reason":"cancel"}' END,
+    {{cancel_detail(c, j)}},
     c.now)}}
+{{cancel_updates}}
+
+-- macro: cancel_changes(answer, job)
+-- Whether the answer $answer (a row of temp.fenceq_cancel) changes job
+-- $job, as it was before the cancel.
+$job.status IN ('pending', 'claimed') AND NOT ($answer.answer = 'cancel_requested' AND $job.cancel_requested)
+
+-- macro: cancel_detail(answer, job)
+-- The detail of a cancel's event for job $job as it was before the cancel.
+CASE WHEN $answer.answer = 'cancel_requested' THEN '{}'
+     WHEN $job.status = 'claimed' THEN '{"reason":"force"}' ELSE '{"reason":"cancel"}' END
+
+-- macro: cancel_updates
+-- The writes of cancel_writes after its events.
 UPDATE fenceq__jobs SET status = 'cancelled', finished_at = c.now
   FROM temp.fenceq_cancel AS c
  WHERE fenceq__jobs.seq = c.seq AND c.answer = 'cancelled' AND fenceq__jobs.status IN ('pending', 'claimed')
@@ -215,6 +266,118 @@ UPDATE fenceq__jobs SET cancel_requested = 1
     SELECT j.job_id FROM temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
      WHERE c.answer = 'cancelled',
     NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
+
+-- macro: payload_contains_checks(json, too_deep, not_container, too_big, nested)
+-- The checks of a payload_contains pattern (cancel_matching's rule, shared
+-- by search_jobs and the bulk actions), as branches of a ranked UNION ALL
+-- at the four ranks given: QF103 for bad JSON, QF100 unless an object or
+-- array, QF103 beyond 1 MiB, QF100 for a container inside an array.
+UNION ALL SELECT $too_deep, 'QF103', 'fenceq: payload_contains must be finite JSON without \u0000'
+ WHERE NOT {{optional_json($json)}}
+UNION ALL SELECT $not_container, 'QF100', 'fenceq: payload_contains must be a JSON object or array'
+ WHERE json_type({{valid_json($json)}}) NOT IN ('object', 'array')
+UNION ALL SELECT $too_big, 'QF103', 'fenceq: payload_contains exceeds 1 MiB in canonical form'
+ WHERE NOT {{optional_within_1_mib($json)}}
+UNION ALL SELECT $nested, 'QF100', 'fenceq: on SQLite payload_contains may not hold an object or array inside an array'
+ WHERE EXISTS (SELECT 1
+                 FROM json_tree({{valid_json($json)}}) AS b
+                WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
+
+-- macro: payload_contains(job, json)
+-- Whether the payload of job $job contains $json, as jsonb @> decides it
+-- when no array holds a container (true when $json is NULL): every node b
+-- of $json has a node a in the payload of the same JSON type (and, for a
+-- number or string, the same value) at the same key path, or, for an
+-- element of an array, among the elements of the array at the same key path.
+($json IS NULL OR NOT EXISTS (
+ SELECT 1 FROM json_tree({{valid_json($json)}}) AS b
+  WHERE NOT EXISTS (
+        SELECT 1 FROM json_tree($job.payload) AS a
+         WHERE CASE WHEN typeof(b.key) = 'integer' THEN typeof(a.key) = 'integer' AND a.path = b.path
+                    ELSE a.fullkey = b.fullkey END
+           AND CASE WHEN a.type IN ('integer', 'real') THEN 'number' ELSE a.type END
+               = CASE WHEN b.type IN ('integer', 'real') THEN 'number' ELSE b.type END
+           AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
+
+-- Search and bulk actions (version 7, docs/design-v7.md §3-§4) ---------------
+
+-- macro: backlog_candidates(status, index)
+-- search_jobs: the candidates of a search of the live status $status, its
+-- jobs through their partial index $index (the backlog), newest first.
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY $index
+ WHERE :submission_prefix IS NULL AND :status = $status AND j.status = $status
+   AND (:queue IS NULL OR j.queue = :queue)
+   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.seq DESC
+ LIMIT {{row_limit(:max_scan, 10000)}};
+
+-- macro: error_contains(job)
+-- Whether :error_contains (when given) is a substring of the last_error of
+-- job $job, ignoring case (SQLite's lower() folds ASCII letters only).
+(:error_contains IS NULL OR instr(lower($job.last_error), lower(:error_contains)) > 0)
+
+-- macro: selected(job)
+-- Whether job $job is in the selection :job_ids (a JSON array of job ids),
+-- or there is none.
+(:job_ids IS NULL OR $job.job_id IN (SELECT e.value FROM json_each({{as_json_array(:job_ids)}}) AS e))
+
+-- macro: bulk_checks(action, filters, flags)
+-- The checks of a bulk action, as a ranked UNION ALL: the queue (QF102),
+-- the selection :job_ids (QF100 unless a non-empty JSON array, QF102 for an
+-- element that is not a job id), :task (QF102), :payload_contains (as
+-- cancel_matching), the checks $flags (branches ranked 9), :max_rows (1 to
+-- 100,000, QF104), then QF100 when neither job_ids nor one of $filters (a
+-- condition) is given, and QF101 for an undeclared queue.
+SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
+ WHERE NOT {{identifier(:queue, 255)}}
+UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be a non-empty array of job ids'
+ WHERE :job_ids IS NOT NULL
+   AND NOT coalesce(json_array_length({{as_json_array(:job_ids)}}) > 0, 0)
+UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold job ids of 1 to 36 characters'
+ WHERE EXISTS (SELECT 1
+                 FROM json_each({{as_json_array(:job_ids)}}) AS e
+                WHERE NOT (e.type = 'text' AND {{identifier(e.value, 36)}}))
+UNION ALL SELECT 4, 'QF102', 'fenceq: task must be 1 to 255 characters'
+ WHERE NOT (:task IS NULL OR {{identifier(:task, 255)}})
+{{payload_contains_checks(:payload_contains, 5, 6, 7, 8)}}
+$flags
+UNION ALL SELECT 10, 'QF104', 'fenceq: max_rows must be an integer from 1 to 100000'
+ WHERE NOT {{optional_integer(:max_rows, BETWEEN 1 AND 100000)}}
+UNION ALL SELECT 11, 'QF100', 'fenceq: $action needs job_ids or a filter'
+ WHERE :job_ids IS NULL AND NOT ($filters)
+UNION ALL SELECT 12, 'QF101', 'fenceq: unknown queue'
+ WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
+
+-- macro: error_pattern_check
+-- QF100 unless :error_contains is NULL or 1 to 1,000 characters: a branch
+-- of a ranked UNION ALL (rank 9).
+UNION ALL SELECT 9, 'QF100', 'fenceq: error_contains must be 1 to 1000 characters'
+ WHERE NOT (:error_contains IS NULL
+            OR {{identifier(:error_contains, 1000)}})
+
+-- macro: cancel_flag_checks(not_boolean, force_alone)
+-- QF100 unless :include_claimed and :force are NULL, 0 or 1, and for force
+-- without include_claimed: branches of a ranked UNION ALL.
+UNION ALL SELECT $not_boolean, 'QF100', 'fenceq: include_claimed and force must be booleans'
+ WHERE NOT ({{optional_integer(:include_claimed, IN (0, 1))}}
+            AND {{optional_integer(:force, IN (0, 1))}})
+UNION ALL SELECT $force_alone, 'QF100', 'fenceq: force applies to claimed jobs: it needs include_claimed'
+ WHERE coalesce(:force, 0) IS 1 AND coalesce(:include_claimed, 0) IS NOT 1
+
+-- macro: failure_filter
+-- The filter an event of retry_jobs or replay_dead_letters records: the
+-- filters given (the arguments that are not NULL).
+{{given(json_object('error_contains', :error_contains,
+                    'payload_contains', json(:payload_contains),
+                    'task', :task))}}
+
+-- macro: given(object)
+-- The JSON object $object without its null members: the filter an event
+-- of a bulk action records.
+json_patch('{}', $object)
 
 -- macro: dead_letters_from(scratch)
 -- Write the dead letters chosen in a scratch table (its dlq_id is set for

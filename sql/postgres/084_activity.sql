@@ -1,0 +1,330 @@
+-- fenceq for PostgreSQL, part 8c (version 7): activity over time, per queue
+-- and minute (docs/design-v7.md §1-§2, docs/guarantees.md §21). What it
+-- holds: the sampler (sample_activity), the reader (activity) and their
+-- histogram helpers. Who writes _activity: only sample_activity, which
+-- workers call beside reap and a cron or an operator may call. Nothing on
+-- the hot path writes here: submit, claim and settle are unchanged.
+
+-- _activity_end: where the closed minutes end at this clock reading (the
+-- start of the first minute not yet closed). A minute closes 10 seconds
+-- after it ends: a transition is stamped with the clock of its statement
+-- and committed a moment later, and the sampler must not read a minute
+-- before such a transaction commits (it writes each minute once). UTC
+-- minutes, whatever the session's time zone.
+CREATE OR REPLACE FUNCTION fenceq._activity_end(now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+BEGIN
+    RETURN date_trunc('minute', _activity_end.now - interval '10 seconds', 'UTC');
+END
+$$;
+COMMENT ON FUNCTION fenceq._activity_end(timestamptz) IS
+    'Private. The end of the last closed minute at this clock reading (a minute closes 10 seconds after it ends).';
+
+-- _histogram: the histogram of these durations (NULLs skipped): element
+-- k + 1 counts the durations of bucket k, floor(4 * log2(max(ms, 1))) capped
+-- at 127, found among the exact bucket bounds 2^(k/4) ms (width_bucket),
+-- so that a duration on a bound falls in the bucket it starts. Trimmed
+-- after the last non-zero bucket; '{}' when there is none.
+CREATE OR REPLACE FUNCTION fenceq._histogram(durations interval[])
+RETURNS integer[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_bounds constant double precision[] :=
+        ARRAY(SELECT power(2::double precision, k / 4.0::double precision) FROM generate_series(1, 127) AS k);
+    v_hist integer[] := '{}'::integer[];
+    v_duration interval;
+    v_bucket integer;
+BEGIN
+    FOREACH v_duration IN ARRAY coalesce(_histogram.durations, '{}'::interval[]) LOOP
+        CONTINUE WHEN v_duration IS NULL;
+        v_bucket := width_bucket(greatest(extract(epoch FROM v_duration) * 1000, 1)::double precision, v_bounds);
+        WHILE cardinality(v_hist) <= v_bucket LOOP
+            v_hist := v_hist || 0;
+        END LOOP;
+        v_hist[v_bucket + 1] := v_hist[v_bucket + 1] + 1;
+    END LOOP;
+    RETURN v_hist;
+END
+$$;
+COMMENT ON FUNCTION fenceq._histogram(interval[]) IS
+    'Private. The trimmed histogram of durations by quarter powers of two of a millisecond (bucket k: floor(4 log2 max(ms, 1)), at most 127).';
+
+-- _histogram_percentile: the duration below which this fraction of a
+-- histogram lies: the bucket holding the ceil(fraction * total)-th
+-- duration, read as its geometric middle, 2^((k + 0.5) / 4) ms. NULL for an
+-- empty histogram.
+CREATE OR REPLACE FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision)
+RETURNS interval
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+AS $$
+DECLARE
+    v_rank numeric;
+    v_seen numeric := 0;
+BEGIN
+    v_rank := ceil((SELECT sum(h.n) FROM unnest(_histogram_percentile.hist) AS h(n)) * _histogram_percentile.fraction);
+    IF v_rank IS NULL OR v_rank < 1 THEN
+        RETURN NULL;
+    END IF;
+    FOR k IN 1 .. cardinality(_histogram_percentile.hist) LOOP
+        v_seen := v_seen + _histogram_percentile.hist[k];
+        IF v_seen >= v_rank THEN
+            RETURN make_interval(secs => power(2::double precision, (k - 0.5)::double precision / 4) / 1000);
+        END IF;
+    END LOOP;
+    RETURN NULL;  -- not reached: the last bucket holds the last duration
+END
+$$;
+COMMENT ON FUNCTION fenceq._histogram_percentile(bigint[], double precision) IS
+    'Private. A percentile of a histogram as the geometric middle of the bucket that holds it; NULL when empty.';
+
+-- sample_activity: write the closed minutes (_activity_end) of every queue
+-- that have no row yet: for each queue, from the minute after its last row
+-- (on the first call, the last closed minute only), oldest first, at most
+-- max_minutes (1 to 11,520) of them and none older than keep; the rest wait
+-- for the next call. Then delete the rows older than keep (a positive
+-- interval of at least a minute). Answers the number of rows written.
+--
+-- One read of the jobs for all queues: the live jobs (pending and claimed,
+-- through their partial indexes, as queue_stats reads them) and the jobs
+-- that finished since the oldest minute written (_jobs_finished_idx), with
+-- their claims (_claims_job_idx). Every job that did anything in those
+-- minutes is among them unless purged meanwhile. Per minute: submitted
+-- (created_at in it), claimed (ledger rows with claimed_at in it), retried
+-- (of those, claims after the job's first: generation > 1), completed,
+-- failed, cancelled, expired (finished_at in it), and for the jobs completed
+-- or failed in it, the wait (their final claim's claimed_at - run_at) and run
+-- time (finished_at - that claimed_at). The depth columns are the live counts
+-- at this call, on the last closed minute's row when this call writes it.
+--
+-- Locking: no row lock. Concurrent samplers: one proceeds, the others answer
+-- 0 at once (a transaction-scoped advisory lock taken with try); every row
+-- is inserted ON CONFLICT DO NOTHING against the primary key (queue, minute),
+-- so a minute is written once whoever writes it. Idempotent: a second call
+-- in the same minute writes nothing.
+CREATE OR REPLACE FUNCTION fenceq.sample_activity(max_minutes integer DEFAULT 60, keep interval DEFAULT '192 hours')
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_end timestamptz;
+    v_oldest timestamptz;
+    v_queues text[];
+    v_starts timestamptz[];
+    v_stops timestamptz[];
+    v_from timestamptz;
+    v_written integer := 0;
+BEGIN
+    IF sample_activity.max_minutes IS NULL OR sample_activity.max_minutes NOT BETWEEN 1 AND 11520 THEN
+        PERFORM fenceq._raise('QF104', 'max_minutes must be an integer from 1 to 11520');
+    END IF;
+    PERFORM fenceq._check_interval(sample_activity.keep, 'keep', nullable => false, backwards => true);
+    IF sample_activity.keep < interval '1 minute' THEN
+        PERFORM fenceq._raise('QF105', 'keep must be at least a minute');
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fenceq.sample_activity', 0)) THEN
+        RETURN 0;  -- another sampler is at it now
+    END IF;
+    v_now := clock_timestamp();
+    v_end := fenceq._activity_end(v_now);
+    -- The oldest minute kept: whole minutes of keep before the end.
+    v_oldest := v_end - make_interval(mins => floor(extract(epoch FROM sample_activity.keep) / 60)::integer);
+    SELECT array_agg(w.queue ORDER BY w.queue), array_agg(w.m0 ORDER BY w.queue),
+           array_agg(least(w.m0 + make_interval(mins => sample_activity.max_minutes), v_end) ORDER BY w.queue),
+           min(w.m0)
+      INTO v_queues, v_starts, v_stops, v_from
+      FROM (SELECT q.queue,
+                   greatest(coalesce(l.last + interval '1 minute', v_end - interval '1 minute'), v_oldest) AS m0
+              FROM fenceq._queues AS q
+             CROSS JOIN LATERAL (SELECT max(a.minute) AS last FROM fenceq._activity AS a
+                                  WHERE a.queue = q.queue) AS l) AS w
+     WHERE w.m0 < v_end;
+    IF v_from IS NOT NULL THEN
+        INSERT INTO fenceq._activity AS a (queue, minute, submitted, claimed, retried, completed, failed,
+                                           cancelled, expired, pending, due, running, wait_hist, run_hist)
+        WITH windows AS (
+            SELECT w.queue, w.m0, w.m1 FROM unnest(v_queues, v_starts, v_stops) AS w(queue, m0, m1)),
+        jobs AS MATERIALIZED (
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+              FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'pending'
+            UNION ALL
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+              FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'claimed'
+            UNION ALL
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+              FROM fenceq._jobs AS j
+             WHERE j.finished_at >= v_from AND j.queue = ANY (v_queues)),
+        facts AS (
+            -- What happened, when: a submission, a claim, an end (with the
+            -- wait and run time of a completion or failure).
+            SELECT j.queue, j.created_at AS at, 'submitted' AS what, false AS again,
+                   NULL::interval AS wait, NULL::interval AS run
+              FROM jobs AS j
+             WHERE j.created_at >= v_from AND j.created_at < v_end
+            UNION ALL
+            SELECT j.queue, c.claimed_at, 'claimed', c.generation > 1, NULL, NULL
+              FROM jobs AS j JOIN fenceq._claims AS c ON c.job_id = j.job_id
+             WHERE j.generation > 0 AND c.claimed_at >= v_from AND c.claimed_at < v_end
+            UNION ALL
+            SELECT j.queue, j.finished_at, j.status, false,
+                   c.claimed_at - j.run_at, j.finished_at - c.claimed_at
+              FROM jobs AS j
+              LEFT JOIN fenceq._claims AS c
+                ON j.status IN ('completed', 'failed') AND c.job_id = j.job_id AND c.generation = j.generation
+             WHERE j.finished_at < v_end),
+        per_minute AS (
+            SELECT f.queue, date_trunc('minute', f.at, 'UTC') AS minute,
+                   count(*) FILTER (WHERE f.what = 'submitted') AS submitted,
+                   count(*) FILTER (WHERE f.what = 'claimed') AS claimed,
+                   count(*) FILTER (WHERE f.what = 'claimed' AND f.again) AS retried,
+                   count(*) FILTER (WHERE f.what = 'completed') AS completed,
+                   count(*) FILTER (WHERE f.what = 'failed') AS failed,
+                   count(*) FILTER (WHERE f.what = 'cancelled') AS cancelled,
+                   count(*) FILTER (WHERE f.what = 'expired') AS expired,
+                   fenceq._histogram(array_agg(f.wait) FILTER (WHERE f.wait IS NOT NULL)) AS wait_hist,
+                   fenceq._histogram(array_agg(f.run) FILTER (WHERE f.run IS NOT NULL)) AS run_hist
+              FROM facts AS f
+             GROUP BY 1, 2),
+        depth AS (
+            SELECT j.queue, count(*) FILTER (WHERE j.status = 'pending') AS pending,
+                   count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= v_now) AS due,
+                   count(*) FILTER (WHERE j.status = 'claimed') AS running
+              FROM jobs AS j
+             WHERE j.finished_at IS NULL
+             GROUP BY j.queue)
+        SELECT w.queue, m.minute, coalesce(p.submitted, 0), coalesce(p.claimed, 0), coalesce(p.retried, 0),
+               coalesce(p.completed, 0), coalesce(p.failed, 0), coalesce(p.cancelled, 0), coalesce(p.expired, 0),
+               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.pending, 0) END,
+               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.due, 0) END,
+               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.running, 0) END,
+               coalesce(p.wait_hist, '{}'), coalesce(p.run_hist, '{}')
+          FROM windows AS w
+         CROSS JOIN LATERAL generate_series(w.m0, w.m1 - interval '1 minute', interval '1 minute') AS m(minute)
+          LEFT JOIN per_minute AS p ON p.queue = w.queue AND p.minute = m.minute
+          LEFT JOIN depth AS d ON d.queue = w.queue
+         ORDER BY w.queue, m.minute
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS v_written = ROW_COUNT;
+    END IF;
+    DELETE FROM fenceq._activity AS a
+     USING fenceq._queues AS q
+     WHERE a.queue = q.queue AND a.minute < v_oldest;
+    RETURN v_written;
+END
+$$;
+COMMENT ON FUNCTION fenceq.sample_activity(integer, interval) IS
+    'Write every queue''s closed minutes that have no activity row yet (oldest first, at most max_minutes per queue, none older than keep), then delete rows older than keep. Returns rows written; 0 at once while another sampler runs. Workers and admins.';
+
+-- activity: the activity of one queue (or of every queue, summed, with the
+-- histograms merged) over the last `since` (at most 192 hours), in buckets
+-- of `bucket` (a whole number of minutes; by default 1 minute up to 2 hours,
+-- 15 minutes up to 48 hours, 1 hour beyond), oldest first. The buckets end
+-- where the closed minutes end (_activity_end) and there are ceil(since /
+-- bucket) of them, at most 10,080 (QF104); each appears, with zeros where
+-- no row was written. Counts are sums; the depth is each queue's last
+-- sample in the bucket, summed over queues (NULL when none); the
+-- percentiles are read from the merged histograms (NULL when empty).
+-- QF101 for an unknown queue. Read-only.
+CREATE OR REPLACE FUNCTION fenceq.activity(queue text DEFAULT NULL, since interval DEFAULT '1 hour',
+                                           bucket interval DEFAULT NULL)
+RETURNS TABLE(bucket_start timestamptz, submitted bigint, claimed bigint, retried bigint, completed bigint,
+              failed bigint, cancelled bigint, expired bigint, pending bigint, due bigint, running bigint,
+              wait_p50 interval, wait_p95 interval, run_p50 interval, run_p95 interval)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bucket interval;
+    v_count integer;
+    v_start timestamptz;
+    v_end timestamptz;
+BEGIN
+    PERFORM fenceq._check_name(activity.queue, 'queue', nullable => true);
+    PERFORM fenceq._check_interval(activity.since, 'since', nullable => false, backwards => true);
+    IF activity.since > interval '192 hours' THEN
+        PERFORM fenceq._raise('QF104', 'since may reach back at most 192 hours');
+    END IF;
+    PERFORM fenceq._check_interval(activity.bucket, 'bucket', backwards => true);
+    v_bucket := coalesce(activity.bucket, CASE WHEN activity.since <= interval '2 hours' THEN interval '1 minute'
+                                               WHEN activity.since <= interval '48 hours' THEN interval '15 minutes'
+                                               ELSE interval '1 hour' END);
+    IF extract(epoch FROM v_bucket) % 60 <> 0 THEN
+        PERFORM fenceq._raise('QF104', 'bucket must be a whole number of minutes');
+    END IF;
+    IF ceil(extract(epoch FROM activity.since) / extract(epoch FROM v_bucket)) > 10080 THEN
+        PERFORM fenceq._raise('QF104', 'since may hold at most 10080 buckets');
+    END IF;
+    v_count := ceil(extract(epoch FROM activity.since) / extract(epoch FROM v_bucket));
+    IF activity.queue IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = activity.queue) THEN
+        PERFORM fenceq._raise('QF101', 'unknown queue');
+    END IF;
+    v_end := fenceq._activity_end(clock_timestamp());
+    v_start := v_end - v_count * v_bucket;
+    RETURN QUERY
+    WITH samples AS MATERIALIZED (
+        SELECT a.queue, a.minute, a.submitted, a.claimed, a.retried, a.completed, a.failed, a.cancelled,
+               a.expired, a.pending, a.due, a.running, a.wait_hist, a.run_hist,
+               floor(extract(epoch FROM a.minute - v_start) / extract(epoch FROM v_bucket))::integer AS b
+          FROM fenceq._queues AS q
+          JOIN fenceq._activity AS a ON a.queue = q.queue AND a.minute >= v_start AND a.minute < v_end
+         WHERE activity.queue IS NULL OR q.queue = activity.queue),
+    sums AS (
+        SELECT s.b, sum(s.submitted) AS submitted, sum(s.claimed) AS claimed, sum(s.retried) AS retried,
+               sum(s.completed) AS completed, sum(s.failed) AS failed, sum(s.cancelled) AS cancelled,
+               sum(s.expired) AS expired
+          FROM samples AS s
+         GROUP BY s.b),
+    depth AS (
+        SELECT l.b, sum(l.pending) AS pending, sum(l.due) AS due, sum(l.running) AS running
+          FROM (SELECT DISTINCT ON (s.b, s.queue) s.b, s.pending, s.due, s.running
+                  FROM samples AS s
+                 WHERE s.pending IS NOT NULL
+                 ORDER BY s.b, s.queue, s.minute DESC) AS l
+         GROUP BY l.b),
+    merged AS (
+        SELECT h.b, h.kind, array_agg(h.n ORDER BY h.k) AS hist
+          FROM (SELECT s.b, 'wait' AS kind, e.k, sum(e.n)::bigint AS n
+                  FROM samples AS s CROSS JOIN LATERAL unnest(s.wait_hist) WITH ORDINALITY AS e(n, k)
+                 GROUP BY 1, 2, 3
+                UNION ALL
+                SELECT s.b, 'run', e.k, sum(e.n)::bigint
+                  FROM samples AS s CROSS JOIN LATERAL unnest(s.run_hist) WITH ORDINALITY AS e(n, k)
+                 GROUP BY 1, 2, 3) AS h
+         GROUP BY h.b, h.kind)
+    SELECT v_start + g.b * v_bucket, coalesce(t.submitted, 0)::bigint, coalesce(t.claimed, 0)::bigint,
+           coalesce(t.retried, 0)::bigint, coalesce(t.completed, 0)::bigint, coalesce(t.failed, 0)::bigint,
+           coalesce(t.cancelled, 0)::bigint, coalesce(t.expired, 0)::bigint,
+           d.pending::bigint, d.due::bigint, d.running::bigint,
+           fenceq._histogram_percentile(w.hist, 0.5), fenceq._histogram_percentile(w.hist, 0.95),
+           fenceq._histogram_percentile(r.hist, 0.5), fenceq._histogram_percentile(r.hist, 0.95)
+      FROM generate_series(0, v_count - 1) AS g(b)
+      LEFT JOIN sums AS t ON t.b = g.b
+      LEFT JOIN depth AS d ON d.b = g.b
+      LEFT JOIN merged AS w ON w.b = g.b AND w.kind = 'wait'
+      LEFT JOIN merged AS r ON r.b = g.b AND r.kind = 'run'
+     ORDER BY g.b;
+END
+$$;
+COMMENT ON FUNCTION fenceq.activity(text, interval, interval) IS
+    'A queue''s (or, for NULL, every queue''s) activity over the last since (at most 192 hours) in buckets, oldest first: counts, the depth last sampled in each bucket, wait and run time p50/p95 from the merged histograms. QF101 unknown queue, QF104 bad range. Workers and admins.';

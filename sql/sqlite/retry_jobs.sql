@@ -1,0 +1,119 @@
+-- fenceq for SQLite: retry_jobs -- make the jobs of a queue that wait for a retry due now.
+-- Generated from templates/retry_jobs.sql by scripts/gen-sqlite: edit the template.
+--
+-- The pending jobs of :queue that wait for a retry (attempts > 0, run_at
+-- still ahead, not waiting on dependencies) among the selection job_ids
+-- (when given) that match every filter given (task, payload_contains as
+-- cancel_matching decides it, error_contains as a case-insensitive
+-- substring of last_error) become due now; oldest (first submitted) first,
+-- at most max_rows (1 to 100,000). A job id not in the queue is ignored.
+-- Each job changed gets the event retry_forced, whatever the queue's
+-- history setting, with detail {"action", "by", "filter"}. Answers how
+-- many jobs changed. Bad input changes nothing: QF102 for a bad queue,
+-- job id or task, QF100 for job_ids that are not a non-empty array, a bad
+-- error_contains or a call with neither job_ids nor a filter, QF100/QF103
+-- for payload_contains as in cancel_matching, QF104 for max_rows out of
+-- range, QF101 for an undeclared queue.
+--
+-- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
+-- or NULL; :payload_contains canonical JSON TEXT or NULL; :error_contains
+-- TEXT or NULL (1 to 1,000 characters); :max_rows INTEGER or NULL (1000).
+-- Result: one row (sqlstate, message, detail, value INTEGER).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that no fenceq_jobs notification is sent, an
+-- event's by is null (SQLite has no users), error_contains folds ASCII
+-- letters only, payload_contains may not hold an object or array inside an
+-- array (QF100), and a NULL max_rows takes its default.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+DELETE FROM temp.fenceq_error;
+CREATE TEMP TABLE IF NOT EXISTS fenceq_retry_forced (seq INTEGER PRIMARY KEY, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_retry_forced;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
+     WHERE NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
+                AND instr(CAST(:queue AS BLOB), x'00') = 0)
+    UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be a non-empty array of job ids'
+     WHERE :job_ids IS NOT NULL
+       AND NOT coalesce(json_array_length(CASE WHEN json_valid(:job_ids)
+                                               THEN CASE WHEN json_type(:job_ids) = 'array'
+                                                         THEN :job_ids END END) > 0, 0)
+    UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold job ids of 1 to 36 characters'
+     WHERE EXISTS (SELECT 1
+                     FROM json_each(CASE WHEN json_valid(:job_ids)
+                                         THEN CASE WHEN json_type(:job_ids) = 'array'
+                                                   THEN :job_ids END END) AS e
+                    WHERE NOT (e.type = 'text' AND (typeof(e.value) = 'text' AND length(e.value) BETWEEN 1 AND 36
+                                                    AND instr(CAST(e.value AS BLOB), x'00') = 0)))
+    UNION ALL SELECT 4, 'QF102', 'fenceq: task must be 1 to 255 characters'
+     WHERE NOT (:task IS NULL OR (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255
+                                  AND instr(CAST(:task AS BLOB), x'00') = 0))
+    UNION ALL SELECT 5, 'QF103', 'fenceq: payload_contains must be finite JSON without \u0000'
+     WHERE NOT (:payload_contains IS NULL
+                OR (typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                    AND instr(replace(:payload_contains, '\\', ''), '\u0000') = 0))
+    UNION ALL SELECT 6, 'QF100', 'fenceq: payload_contains must be a JSON object or array'
+     WHERE json_type(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                          THEN :payload_contains END) NOT IN ('object', 'array')
+    UNION ALL SELECT 7, 'QF103', 'fenceq: payload_contains exceeds 1 MiB in canonical form'
+     WHERE NOT (:payload_contains IS NULL OR length(CAST(:payload_contains AS BLOB)) <= 1048576)
+    UNION ALL SELECT 8, 'QF100', 'fenceq: on SQLite payload_contains may not hold an object or array inside an array'
+     WHERE EXISTS (SELECT 1
+                     FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                                         THEN :payload_contains END) AS b
+                    WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
+    UNION ALL SELECT 9, 'QF100', 'fenceq: error_contains must be 1 to 1000 characters'
+     WHERE NOT (:error_contains IS NULL
+                OR (typeof(:error_contains) = 'text' AND length(:error_contains) BETWEEN 1 AND 1000
+                    AND instr(CAST(:error_contains AS BLOB), x'00') = 0))
+    UNION ALL SELECT 10, 'QF104', 'fenceq: max_rows must be an integer from 1 to 100000'
+     WHERE NOT (:max_rows IS NULL
+                OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 100000))
+    UNION ALL SELECT 11, 'QF100', 'fenceq: retry_jobs needs job_ids or a filter'
+     WHERE :job_ids IS NULL AND NOT (:task IS NOT NULL OR :payload_contains IS NOT NULL OR :error_contains IS NOT NULL)
+    UNION ALL SELECT 12, 'QF101', 'fenceq: unknown queue'
+     WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
+) ORDER BY rank LIMIT 1;
+-- A job that waits for a retry waits in the later set (version 5), by due time.
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+INSERT INTO temp.fenceq_retry_forced (seq, now)
+SELECT j.seq, clock.now
+  FROM clock JOIN fenceq__jobs AS j
+ WHERE j.queue = :queue AND j.status = 'pending' AND j.scheduled AND j.run_at > clock.now
+   AND j.attempts > 0 AND j.blocked_by IS NULL
+   AND (:job_ids IS NULL OR j.job_id IN (SELECT e.value FROM json_each(CASE WHEN json_valid(:job_ids)
+                                                                            THEN CASE WHEN json_type(:job_ids) = 'array'
+                                                                                      THEN :job_ids END END) AS e))
+   AND (:task IS NULL OR j.task = :task)
+   AND (:payload_contains IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                                     THEN :payload_contains END) AS b
+         WHERE NOT EXISTS (
+               SELECT 1 FROM json_tree(j.payload) AS a
+                WHERE CASE WHEN typeof(b.key) = 'integer' THEN typeof(a.key) = 'integer' AND a.path = b.path
+                           ELSE a.fullkey = b.fullkey END
+                  AND CASE WHEN a.type IN ('integer', 'real') THEN 'number' ELSE a.type END
+                      = CASE WHEN b.type IN ('integer', 'real') THEN 'number' ELSE b.type END
+                  AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
+   AND (:error_contains IS NULL OR instr(lower(j.last_error), lower(:error_contains)) > 0)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.seq
+ LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+            ELSE 1000 END;
+INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
+SELECT j.job_id, j.queue, 'retry_forced', NULL, NULL,
+       json_object('action', 'retry_jobs', 'by', NULL,
+                   'filter', json_patch('{}', json_object('error_contains', :error_contains,
+                                                 'payload_contains', json(:payload_contains),
+                                                 'task', :task))),
+       r.now
+  FROM temp.fenceq_retry_forced AS r JOIN fenceq__jobs AS j ON j.seq = r.seq;
+UPDATE fenceq__jobs SET run_at = r.now, scheduled = 0
+  FROM temp.fenceq_retry_forced AS r
+ WHERE fenceq__jobs.seq = r.seq;
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_retry_forced) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -1,0 +1,197 @@
+-- fenceq for SQLite: sample_activity -- write each queue's closed minutes to the activity series.
+-- Generated from templates/sample_activity.sql by scripts/gen-sqlite: edit the template.
+--
+-- For each queue, every closed minute after its last row in fenceq__activity
+-- (the first call: only the last closed minute), at most max_minutes (1 to
+-- 10,080) of them, oldest first (the rest wait for the next call); never a
+-- minute older than keep. Per minute: the jobs submitted, the claims made
+-- (retried: those that were not a job's first), the jobs completed, failed,
+-- cancelled and expired, and histograms of the wait (final claim - run_at)
+-- and run (finished_at - final claim) of the jobs completed or failed. The
+-- depth (pending, due, running) is the live count, written only on the row
+-- of the last closed minute; minutes caught up later have none. Then rows
+-- older than keep are deleted. Answers how many rows it wrote. QF104 for
+-- max_minutes out of range, QF105 for a keep that is not positive.
+--
+-- It reads one set of jobs per call: each sampled queue's pending and
+-- claimed jobs (through their partial indexes) and the jobs that finished
+-- since its first minute (a range of fenceq__jobs_finished_idx), with their
+-- claims (fenceq__claims_job_idx). A job purged before its minute was
+-- sampled is not counted.
+--
+-- Parameters: :max_minutes INTEGER or NULL (60); :keep INTEGER
+-- microseconds or NULL (8 days).
+-- Result: one row (sqlstate, message, detail, value INTEGER).
+-- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
+--
+-- Differs from PostgreSQL in that samplers take turns on the write lock (a
+-- second one finds the minutes written and writes none), and a NULL bound
+-- takes its default.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+DELETE FROM temp.fenceq_error;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT substr(c.error, 1, 5), substr(c.error, 7)
+  FROM (SELECT CASE
+               WHEN NOT (:max_minutes IS NULL
+                         OR (typeof(:max_minutes) = 'integer' AND :max_minutes BETWEEN 1 AND 10080))
+                    THEN 'QF104 fenceq: max_minutes must be an integer from 1 to 10080'
+               WHEN NOT (:keep IS NULL
+                         OR (typeof(:keep) = 'integer' AND :keep > 0))
+                    THEN 'QF105 fenceq: keep must be positive'
+               WHEN :keep > 62135596800000000
+                            + (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+                    THEN 'QF105 fenceq: keep reaches beyond years 0001-9999'
+               END AS error) AS c
+ WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- The call: its clock reading, the last closed minute, the oldest minute
+-- keep keeps, and how many rows it wrote.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_call (
+    now INTEGER NOT NULL, last_closed INTEGER NOT NULL, oldest_kept INTEGER NOT NULL, written INTEGER);
+DELETE FROM temp.fenceq_sample_call;
+WITH clock(now) AS MATERIALIZED (
+         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+INSERT INTO temp.fenceq_sample_call (now, last_closed, oldest_kept)
+SELECT c.now, ((c.now) - (((c.now) % 60000000) + 60000000) % 60000000) - 60000000,
+       ((c.horizon) - (((c.horizon) % 60000000) + 60000000) % 60000000)
+  FROM (SELECT clock.now, clock.now - coalesce(:keep, 691200000000) + 59999999 AS horizon FROM clock) AS c
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Each queue's minutes to write: first to last.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_queue (
+    queue TEXT PRIMARY KEY, first INTEGER NOT NULL, last INTEGER NOT NULL);
+DELETE FROM temp.fenceq_sample_queue;
+INSERT INTO temp.fenceq_sample_queue (queue, first, last)
+SELECT s.queue, s.first, min(s.first + (coalesce(:max_minutes, 60) - 1) * 60000000, c.last_closed)
+  FROM temp.fenceq_sample_call AS c
+  JOIN (SELECT q.queue,
+               coalesce(max((SELECT max(a.minute) FROM fenceq__activity AS a WHERE a.queue = q.queue) + 60000000,
+                            c.oldest_kept),
+                        c.last_closed) AS first
+          FROM temp.fenceq_sample_call AS c JOIN fenceq__queues AS q) AS s
+ WHERE s.first <= c.last_closed;
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_minute (
+    queue TEXT NOT NULL, minute INTEGER NOT NULL, PRIMARY KEY (queue, minute));
+DELETE FROM temp.fenceq_sample_minute;
+WITH RECURSIVE minutes(queue, minute, last) AS (
+    SELECT s.queue, s.first, s.last FROM temp.fenceq_sample_queue AS s
+    UNION ALL
+    SELECT m.queue, m.minute + 60000000, m.last FROM minutes AS m WHERE m.minute < m.last)
+INSERT INTO temp.fenceq_sample_minute (queue, minute)
+SELECT m.queue, m.minute FROM minutes AS m;
+-- The one set of jobs read: every job that did anything in a queue's
+-- minutes is live or finished since its first minute.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_job (
+    seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, queue TEXT NOT NULL, status TEXT NOT NULL,
+    generation INTEGER NOT NULL, run_at INTEGER NOT NULL, created_at INTEGER NOT NULL, finished_at INTEGER);
+DELETE FROM temp.fenceq_sample_job;
+INSERT INTO temp.fenceq_sample_job (seq, job_id, queue, status, generation, run_at, created_at, finished_at)
+SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at
+  FROM temp.fenceq_sample_queue AS s
+ CROSS JOIN fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
+ WHERE j.queue = s.queue AND j.status = 'pending'
+UNION ALL
+SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at
+  FROM temp.fenceq_sample_queue AS s
+ CROSS JOIN fenceq__jobs AS j INDEXED BY fenceq__jobs_claimed_idx
+ WHERE j.queue = s.queue AND j.status = 'claimed'
+UNION ALL
+SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at
+  FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_finished_idx
+  JOIN temp.fenceq_sample_queue AS s ON s.queue = j.queue AND j.finished_at >= s.first
+ WHERE j.finished_at IS NOT NULL AND j.finished_at >= (SELECT min(f.first) FROM temp.fenceq_sample_queue AS f);
+-- What happened, per queue and minute: one row per event of the set.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_count (
+    queue TEXT NOT NULL, minute INTEGER NOT NULL, submitted INTEGER NOT NULL, claimed INTEGER NOT NULL,
+    retried INTEGER NOT NULL, completed INTEGER NOT NULL, failed INTEGER NOT NULL, cancelled INTEGER NOT NULL,
+    expired INTEGER NOT NULL, PRIMARY KEY (queue, minute));
+DELETE FROM temp.fenceq_sample_count;
+INSERT INTO temp.fenceq_sample_count (queue, minute, submitted, claimed, retried, completed, failed, cancelled,
+                                      expired)
+SELECT e.queue, e.minute, sum(e.submitted), sum(e.claimed), sum(e.retried), sum(e.completed), sum(e.failed),
+       sum(e.cancelled), sum(e.expired)
+  FROM (SELECT j.queue, ((j.created_at) - (((j.created_at) % 60000000) + 60000000) % 60000000) AS minute,
+               1 AS submitted, 0 AS claimed, 0 AS retried, 0 AS completed, 0 AS failed, 0 AS cancelled,
+               0 AS expired
+          FROM temp.fenceq_sample_job AS j
+        UNION ALL
+        SELECT j.queue,
+               ((c.claimed_at) - (((c.claimed_at) % 60000000) + 60000000) % 60000000),
+               0, 1, c.generation > 1, 0, 0, 0, 0
+          FROM temp.fenceq_sample_job AS j JOIN fenceq__claims AS c ON c.job_id = j.job_id
+        UNION ALL
+        SELECT j.queue,
+               ((j.finished_at) - (((j.finished_at) % 60000000) + 60000000) % 60000000),
+               0, 0, 0, j.status = 'completed', j.status = 'failed', j.status = 'cancelled', j.status = 'expired'
+          FROM temp.fenceq_sample_job AS j
+         WHERE j.finished_at IS NOT NULL) AS e
+  JOIN temp.fenceq_sample_minute AS m ON m.queue = e.queue AND m.minute = e.minute
+ GROUP BY e.queue, e.minute;
+-- The histograms: the jobs completed or failed in a minute, by the final
+-- claim (the one of the job's generation).
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_hist (
+    queue TEXT NOT NULL, minute INTEGER NOT NULL, kind TEXT NOT NULL, k INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (queue, minute, kind, k));
+DELETE FROM temp.fenceq_sample_hist;
+INSERT INTO temp.fenceq_sample_hist (queue, minute, kind, k, n)
+SELECT d.queue, d.minute, d.kind, d.k, count(*)
+  FROM (SELECT j.queue,
+               ((j.finished_at) - (((j.finished_at) % 60000000) + 60000000) % 60000000) AS minute,
+               'wait' AS kind,
+               min(CAST(floor(4 * log2(max((c.claimed_at - j.run_at) / 1000.0, 1))) AS INTEGER), 127) AS k
+          FROM temp.fenceq_sample_job AS j
+          JOIN fenceq__claims AS c ON c.job_id = j.job_id AND c.generation = j.generation
+         WHERE j.status IN ('completed', 'failed')
+        UNION ALL
+        SELECT j.queue, ((j.finished_at) - (((j.finished_at) % 60000000) + 60000000) % 60000000), 'run',
+               min(CAST(floor(4 * log2(max((j.finished_at - c.claimed_at) / 1000.0, 1))) AS INTEGER), 127)
+          FROM temp.fenceq_sample_job AS j
+          JOIN fenceq__claims AS c ON c.job_id = j.job_id AND c.generation = j.generation
+         WHERE j.status IN ('completed', 'failed')) AS d
+  JOIN temp.fenceq_sample_minute AS m ON m.queue = d.queue AND m.minute = d.minute
+ GROUP BY d.queue, d.minute, d.kind, d.k;
+-- The rows, each written once: a minute another sampler wrote is left as it is.
+INSERT INTO fenceq__activity (queue, minute, submitted, claimed, retried, completed, failed, cancelled, expired,
+                              pending, due, running, wait_hist, run_hist)
+SELECT m.queue, m.minute, coalesce(n.submitted, 0), coalesce(n.claimed, 0), coalesce(n.retried, 0),
+       coalesce(n.completed, 0), coalesce(n.failed, 0), coalesce(n.cancelled, 0), coalesce(n.expired, 0),
+       CASE WHEN m.minute = c.last_closed
+            THEN (SELECT count(*) FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
+                   WHERE j.queue = m.queue AND j.status = 'pending') END,
+       CASE WHEN m.minute = c.last_closed
+            THEN (SELECT count(*) FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
+                   WHERE j.queue = m.queue AND j.status = 'pending' AND j.run_at <= c.now) END,
+       CASE WHEN m.minute = c.last_closed
+            THEN (SELECT count(*) FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_claimed_idx
+                   WHERE j.queue = m.queue AND j.status = 'claimed') END,
+       (SELECT '[' || coalesce(group_concat(coalesce(b.n, 0), ','), '') || ']'
+          FROM (SELECT k.k, h.n
+                  FROM (WITH RECURSIVE ks(k) AS (SELECT 0 UNION ALL SELECT ks.k + 1 FROM ks WHERE ks.k < 127)
+                        SELECT ks.k FROM ks) AS k
+                  LEFT JOIN temp.fenceq_sample_hist AS h
+                         ON h.queue = m.queue AND h.minute = m.minute AND h.kind = 'wait' AND h.k = k.k
+                 WHERE k.k <= (SELECT max(x.k) FROM temp.fenceq_sample_hist AS x
+                                WHERE x.queue = m.queue AND x.minute = m.minute AND x.kind = 'wait')
+                 ORDER BY k.k) AS b),
+       (SELECT '[' || coalesce(group_concat(coalesce(b.n, 0), ','), '') || ']'
+          FROM (SELECT k.k, h.n
+                  FROM (WITH RECURSIVE ks(k) AS (SELECT 0 UNION ALL SELECT ks.k + 1 FROM ks WHERE ks.k < 127)
+                        SELECT ks.k FROM ks) AS k
+                  LEFT JOIN temp.fenceq_sample_hist AS h
+                         ON h.queue = m.queue AND h.minute = m.minute AND h.kind = 'run' AND h.k = k.k
+                 WHERE k.k <= (SELECT max(x.k) FROM temp.fenceq_sample_hist AS x
+                                WHERE x.queue = m.queue AND x.minute = m.minute AND x.kind = 'run')
+                 ORDER BY k.k) AS b)
+  FROM temp.fenceq_sample_call AS c
+  JOIN temp.fenceq_sample_minute AS m
+  LEFT JOIN temp.fenceq_sample_count AS n ON n.queue = m.queue AND n.minute = m.minute
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+    ON CONFLICT DO NOTHING;
+UPDATE temp.fenceq_sample_call SET written = changes();
+-- Retention, per queue through the primary key.
+DELETE FROM fenceq__activity
+ WHERE queue IN (SELECT q.queue FROM fenceq__queues AS q)
+   AND minute < (SELECT c.oldest_kept FROM temp.fenceq_sample_call AS c)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+SELECT e.sqlstate, e.message, e.detail,
+       CASE WHEN e.sqlstate IS NULL THEN (SELECT c.written FROM temp.fenceq_sample_call AS c) END AS value
+  FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -1,0 +1,191 @@
+-- fenceq for SQLite: search_jobs -- a page of jobs found through one index range, newest first.
+-- Generated from templates/search_jobs.sql by scripts/gen-sqlite: edit the template.
+--
+-- The candidates come from one index, at most max_scan of them (1 to
+-- 1,000,000) with seq below before_seq: with submission_prefix, the range
+-- of submission ids that start with it (in id order; exact text, no
+-- pattern); else with status pending or claimed, that status's jobs (the
+-- backlog, newest first); else, with since or until and a terminal status
+-- or error_contains, the jobs finished in [since, until) (newest finished
+-- first). Any other search is QF100: none scans all history. The
+-- candidates that match every filter given (queue, status, task,
+-- payload_contains as cancel_matching decides it, error_contains as a
+-- case-insensitive substring of last_error, since <= finished_at < until)
+-- are answered as fenceq_jobs shows them with their seq, newest (highest
+-- seq) first, at most max_rows (1 to 1,000). The next page: before_seq =
+-- the last row's seq. QF102 for a bad queue, task or prefix, QF100 for a
+-- bad status or error_contains, QF100/QF103 for payload_contains as in
+-- cancel_matching, QF105 for a bad time, QF104 for before_seq, max_rows or
+-- max_scan out of range.
+--
+-- Parameters: :queue, :status, :task TEXT or NULL; :payload_contains
+-- canonical JSON TEXT or NULL; :error_contains TEXT or NULL (1 to 1,000
+-- characters); :submission_prefix TEXT or NULL; :since, :until UTC TEXT or
+-- NULL; :before_seq INTEGER or NULL; :max_rows INTEGER or NULL (50);
+-- :max_scan INTEGER or NULL (10000).
+-- Result: zero or more rows (sqlstate, message, detail, then the columns
+-- of fenceq_jobs and seq), or one error row.
+-- How to run: inside a deferred BEGIN (it only reads), as README.md describes.
+--
+-- Differs from PostgreSQL in that error_contains folds ASCII letters only
+-- (SQLite's lower()), payload_contains may not hold an object or array
+-- inside an array (QF100, as in cancel_matching), and a NULL max_rows or
+-- max_scan takes its default.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
+    sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
+DELETE FROM temp.fenceq_error;
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
+     WHERE NOT (:queue IS NULL OR (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
+                                   AND instr(CAST(:queue AS BLOB), x'00') = 0))
+    UNION ALL SELECT 2, 'QF100', 'fenceq: status must be pending, claimed, completed, failed, cancelled or expired'
+     WHERE NOT coalesce(:status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled', 'expired'), 1)
+    UNION ALL SELECT 3, 'QF102', 'fenceq: task must be 1 to 255 characters'
+     WHERE NOT (:task IS NULL OR (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255
+                                  AND instr(CAST(:task AS BLOB), x'00') = 0))
+    UNION ALL SELECT 4, 'QF103', 'fenceq: payload_contains must be finite JSON without \u0000'
+     WHERE NOT (:payload_contains IS NULL
+                OR (typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                    AND instr(replace(:payload_contains, '\\', ''), '\u0000') = 0))
+    UNION ALL SELECT 5, 'QF100', 'fenceq: payload_contains must be a JSON object or array'
+     WHERE json_type(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                          THEN :payload_contains END) NOT IN ('object', 'array')
+    UNION ALL SELECT 6, 'QF103', 'fenceq: payload_contains exceeds 1 MiB in canonical form'
+     WHERE NOT (:payload_contains IS NULL OR length(CAST(:payload_contains AS BLOB)) <= 1048576)
+    UNION ALL SELECT 7, 'QF100', 'fenceq: on SQLite payload_contains may not hold an object or array inside an array'
+     WHERE EXISTS (SELECT 1
+                     FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                                         THEN :payload_contains END) AS b
+                    WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
+    UNION ALL SELECT 8, 'QF100', 'fenceq: error_contains must be 1 to 1000 characters'
+     WHERE NOT (:error_contains IS NULL
+                OR (typeof(:error_contains) = 'text' AND length(:error_contains) BETWEEN 1 AND 1000
+                    AND instr(CAST(:error_contains AS BLOB), x'00') = 0))
+    UNION ALL SELECT 9, 'QF102', 'fenceq: submission_prefix must be 1 to 255 characters'
+     WHERE NOT (:submission_prefix IS NULL
+                OR (typeof(:submission_prefix) = 'text' AND length(:submission_prefix) BETWEEN 1 AND 255
+                    AND instr(CAST(:submission_prefix AS BLOB), x'00') = 0))
+    UNION ALL SELECT 10, 'QF105', 'fenceq: since and until must be UTC times within years 0001-9999'
+     WHERE NOT (:since IS NULL
+                OR (typeof(:since) = 'text' AND length(:since) = 27
+                    AND :since GLOB ('[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
+                                    || 'T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                                    || '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')
+                    AND substr(:since, 1, 4) <> '0000'
+                    AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:since, 1, 19)), 'unixepoch')
+                        = substr(:since, 1, 19)))
+        OR NOT (:until IS NULL
+                OR (typeof(:until) = 'text' AND length(:until) = 27
+                    AND :until GLOB ('[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'
+                                    || 'T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                                    || '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')
+                    AND substr(:until, 1, 4) <> '0000'
+                    AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:until, 1, 19)), 'unixepoch')
+                        = substr(:until, 1, 19)))
+    UNION ALL SELECT 11, 'QF104', 'fenceq: before_seq must be a positive integer'
+     WHERE NOT (:before_seq IS NULL
+                OR (typeof(:before_seq) = 'integer' AND :before_seq >= 1))
+    UNION ALL SELECT 12, 'QF104', 'fenceq: max_rows must be an integer from 1 to 1000'
+     WHERE NOT (:max_rows IS NULL
+                OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 1000))
+    UNION ALL SELECT 13, 'QF104', 'fenceq: max_scan must be an integer from 1 to 1000000'
+     WHERE NOT (:max_scan IS NULL
+                OR (typeof(:max_scan) = 'integer' AND :max_scan BETWEEN 1 AND 1000000))
+    UNION ALL SELECT 14, 'QF100', 'fenceq: search needs a submission prefix, a status or a time window'
+     WHERE NOT (:submission_prefix IS NOT NULL OR coalesce(:status IN ('pending', 'claimed'), 0)
+                OR ((:since IS NOT NULL OR :until IS NOT NULL)
+                    AND (coalesce(:status IN ('completed', 'failed', 'cancelled', 'expired'), 0)
+                         OR :error_contains IS NOT NULL)))
+) ORDER BY rank LIMIT 1;
+-- The candidates (seq), from the one index range the search names.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_search (seq INTEGER PRIMARY KEY);
+DELETE FROM temp.fenceq_search;
+-- A prefix: the ids from the prefix up to the prefix followed by byte FF,
+-- which no UTF-8 text holds (BINARY compares bytes).
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__submissions AS s JOIN fenceq__jobs AS j ON j.job_id = s.job_id
+ WHERE :submission_prefix IS NOT NULL
+   AND s.submission_id >= :submission_prefix
+   AND s.submission_id < CAST(CAST(:submission_prefix AS BLOB) || x'ff' AS TEXT)
+   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY s.submission_id
+ LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+            ELSE 10000 END;
+-- A live status: its backlog, through its partial index, newest first.
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
+ WHERE :submission_prefix IS NULL AND :status = 'pending' AND j.status = 'pending'
+   AND (:queue IS NULL OR j.queue = :queue)
+   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.seq DESC
+ LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+            ELSE 10000 END;
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_claimed_idx
+ WHERE :submission_prefix IS NULL AND :status = 'claimed' AND j.status = 'claimed'
+   AND (:queue IS NULL OR j.queue = :queue)
+   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.seq DESC
+ LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+            ELSE 10000 END;
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_finished_idx
+ WHERE :submission_prefix IS NULL AND coalesce(:status NOT IN ('pending', 'claimed'), 1)
+   AND j.finished_at IS NOT NULL
+   AND j.finished_at >= coalesce((unixepoch(substr(:since, 1, 19)) * 1000000
+                                  + CAST(substr(:since, 21, 6) AS INTEGER)), -9223372036854775808)
+   AND j.finished_at < coalesce((unixepoch(substr(:until, 1, 19)) * 1000000
+                                 + CAST(substr(:until, 21, 6) AS INTEGER)), 9223372036854775807)
+   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.finished_at DESC
+ LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+            ELSE 10000 END;
+SELECT e.sqlstate, e.message, e.detail, NULL AS job_id, NULL AS queue, NULL AS task, NULL AS payload,
+       NULL AS priority, NULL AS status, NULL AS attempts, NULL AS max_attempts, NULL AS run_at,
+       NULL AS expires_at, NULL AS owner_id, NULL AS generation, NULL AS lease_expires_at,
+       NULL AS budget_expires_at, NULL AS cancel_requested, NULL AS pid, NULL AS result, NULL AS last_error,
+       NULL AS submission_id, NULL AS fingerprint, NULL AS active_key, NULL AS dlq_id, NULL AS created_at,
+       NULL AS finished_at, NULL AS concurrency_key, NULL AS blocked_by, NULL AS progress, NULL AS progress_at,
+       NULL AS seq
+  FROM temp.fenceq_error AS e
+UNION ALL
+SELECT * FROM (
+    SELECT NULL, NULL, NULL, v.job_id, v.queue, v.task, v.payload, v.priority, v.status, v.attempts,
+           v.max_attempts, v.run_at, v.expires_at, v.owner_id, v.generation, v.lease_expires_at,
+           v.budget_expires_at, v.cancel_requested, v.pid, v.result, v.last_error, v.submission_id, v.fingerprint,
+           v.active_key, v.dlq_id, v.created_at, v.finished_at, v.concurrency_key, v.blocked_by, v.progress,
+           v.progress_at, t.seq
+      FROM temp.fenceq_search AS c
+      JOIN fenceq__jobs AS t ON t.seq = c.seq
+      JOIN fenceq_jobs AS v ON v.job_id = t.job_id
+     WHERE (:queue IS NULL OR t.queue = :queue)
+       AND (:status IS NULL OR t.status = :status)
+       AND (:task IS NULL OR t.task = :task)
+       AND (:payload_contains IS NULL OR NOT EXISTS (
+            SELECT 1 FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
+                                         THEN :payload_contains END) AS b
+             WHERE NOT EXISTS (
+                   SELECT 1 FROM json_tree(t.payload) AS a
+                    WHERE CASE WHEN typeof(b.key) = 'integer' THEN typeof(a.key) = 'integer' AND a.path = b.path
+                               ELSE a.fullkey = b.fullkey END
+                      AND CASE WHEN a.type IN ('integer', 'real') THEN 'number' ELSE a.type END
+                          = CASE WHEN b.type IN ('integer', 'real') THEN 'number' ELSE b.type END
+                      AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
+       AND (:error_contains IS NULL OR instr(lower(t.last_error), lower(:error_contains)) > 0)
+       AND (:since IS NULL OR t.finished_at >= (unixepoch(substr(:since, 1, 19)) * 1000000
+                                                + CAST(substr(:since, 21, 6) AS INTEGER)))
+       AND (:until IS NULL OR t.finished_at < (unixepoch(substr(:until, 1, 19)) * 1000000
+                                               + CAST(substr(:until, 21, 6) AS INTEGER)))
+     ORDER BY t.seq DESC
+     LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
+                ELSE 50 END)
+ ORDER BY 32 DESC;
