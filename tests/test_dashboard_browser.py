@@ -134,7 +134,7 @@ def test_every_chart_renders_for_an_empty_queue_one_job_and_a_100k_job_week(db, 
             assert box is not None and box["width"] > 600 and box["height"] > 200, (queue, span, index)
         # Chromium's accessibility tree names each chart by its <title>.
         assert page.get_by_role("img", name=re.compile(f"^Jobs per .*, queue {queue}$")).count() == 1
-        lines = page.locator("svg.chart[data-chart=throughput] g.series path")
+        lines = page.locator("svg.chart[data-chart=throughput] path.line")
         tables = chart_tables(page.content())
         assert len(tables["throughput"]) == buckets
         if queue == "empty":
@@ -148,7 +148,7 @@ def test_every_chart_renders_for_an_empty_queue_one_job_and_a_100k_job_week(db, 
             assert points == buckets
             if span == "7d":
                 assert sum(int(row[1].replace(",", "")) for row in tables["throughput"]) >= 100_000
-            assert page.locator("svg.chart[data-chart=depth] g.series path").first.get_attribute("d").count("M") >= 1
+            assert page.locator("svg.chart[data-chart=depth] path.line").first.get_attribute("d").count("M") >= 1
 
 
 def test_a_bulk_retry_in_the_browser_changes_what_the_sql_counts(client, serve, page):

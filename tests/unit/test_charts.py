@@ -56,7 +56,7 @@ def parse(chart: charts.Chart, rows: list[Bucket], **kwargs) -> ET.Element:
 def runs_of(root: ET.Element, column: str) -> list[list[tuple[float, float]]]:
     """The series' line as its subpaths, each a list of (x, y)."""
     group = series_group(root, column)
-    path = group.find(f"{SVG}path")
+    path = group.find(f"{SVG}path[@class='line']")
     if path is None:
         return []
     return [[tuple(map(float, pair.split())) for pair in sub.split(" L")]
@@ -84,7 +84,7 @@ def test_every_chart_is_an_image_named_by_its_title_and_described():
         root = parse(chart, buckets(3, submitted=[1, 2, 3], pending=4, wait_p50=timedelta(seconds=1)))
         assert root.get("role") == "img"
         title, desc = root.find(f"{SVG}title"), root.find(f"{SVG}desc")
-        assert root.get("aria-labelledby").split() == [title.get("id"), desc.get("id")]
+        assert (root.get("aria-labelledby"), root.get("aria-describedby")) == (title.get("id"), desc.get("id"))
         assert title.get("id") == "c1-title" and "all queues" in title.text
         assert "3 buckets from 2030-01-01 09:00 to 2030-01-01 09:02 UTC" in desc.text
 

@@ -8,8 +8,8 @@ A bucket is any object with the columns of ``activity()`` as attributes
 duration with no job finished. A series is never told apart by colour
 alone: each has its own dash pattern and marker shape, the legend shows
 both, and the line is labelled by name at its last point. The SVG is an
-``role="img"`` with a ``<title>`` and a ``<desc>`` that sums the figures
-up, and ``figures()`` gives the same numbers as a table to show beside it.
+``role="img"`` named by its ``<title>`` and described by a ``<desc>`` that
+sums the figures up, and ``figures()`` gives the same numbers as a table to show beside it.
 Colours are presentation attributes (the dashboard's Content-Security-Policy
 refuses inline style), from the Okabe–Ito palette, which colour-blind
 readers tell apart.
@@ -90,7 +90,8 @@ def svg(chart: Chart, buckets: Sequence[Any], *, chart_id: str, subject: str = "
     known = [v for column in values for v in column if v is not None]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {WIDTH} {HEIGHT}"'
            f' width="{WIDTH}" height="{HEIGHT}" role="img"'
-           f' aria-labelledby="{chart_id}-title {chart_id}-desc" data-chart={quoteattr(chart.name)}>',
+           f' aria-labelledby="{chart_id}-title" aria-describedby="{chart_id}-desc"'
+           f' data-chart={quoteattr(chart.name)}>',
            f'<title id="{chart_id}-title">{escape(name)}</title>',
            f'<desc id="{chart_id}-desc">{escape(describe(chart, buckets))}</desc>']
     top, step = _scale(chart, max(known, default=0))
@@ -224,7 +225,7 @@ def _line(series: Series, points: list[tuple[float, float] | None], count: int) 
     out = [f'<g class="series" data-series={quoteattr(series.column)}>']
     if runs:
         d = " ".join("M" + " L".join(f"{x:.1f} {y:.1f}" for x, y in run) for run in runs)
-        out.append(f'<path d="{d}" fill="none" stroke="{series.colour}" stroke-width="2"'
+        out.append(f'<path class="line" d="{d}" fill="none" stroke="{series.colour}" stroke-width="2"'
                    f' stroke-linejoin="round"{_dash(series)}/>')
     for run in runs:
         if count <= MARKER_LIMIT or len(run) == 1:
