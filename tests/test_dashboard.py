@@ -225,10 +225,15 @@ def test_a_fenceq_worker_role_reads_every_page_and_may_not_act(pg, worker_role_u
         dlq_id = dead_letter(admin, "work")
     web = WebClient(Dashboard(worker_role_url, allow_actions=True))
     for path in ("/queues", "/jobs", "/jobs?submission_id=order-17", f"/jobs/{job_id}", "/dead-letters",
-                 "/jobs?status=finished&window=1h", "/jobs?status=pending&queue=work"):
+                 "/jobs?status=finished&window=1h", "/jobs?status=pending&queue=work", "/activity?range=7d",
+                 "/activity?queue=work", "/search?status=failed&window=1h&queue=work"):
         page(web, path)
     token = csrf_of(page(web, "/dead-letters"))
     response = web.post("/actions/replay", data={"dlq_id": dlq_id, "csrf": token})
+    assert response.status_code == 403 and "fenceq_admin" in response.get_data(as_text=True)
+    failed = result_ids(page(web, "/search?status=failed&window=1h&queue=work"))
+    response = web.post("/actions/replay_dead_letters", data={"queue": "work", "scope": "selected",
+                                                              "job_id": failed, "csrf": token})
     assert response.status_code == 403 and "fenceq_admin" in response.get_data(as_text=True)
 
 
@@ -397,6 +402,7 @@ def test_activity_ranges_and_an_empty_queue(db, client, web):
     assert page(web, "/activity?range=1y", 400)
     assert "unknown" in page(web, "/activity?queue=nope", 400).lower()
     assert 'href="/activity?queue=quiet"' in page(web, "/queues")
+    assert 'href="/search"' in page(web, f"/jobs/{client.submit('quiet', 't')}"), "every page's header links them"
 
 
 def test_a_schema_before_version_7_shows_no_activity_or_search(sqlite_db):

@@ -195,11 +195,11 @@ class Dashboard:
     def _render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
         views = context.pop("views", None)
         operator_view = context.pop("operator_view", None)
-        if views is None:
+        if views is None or operator_view is None:
             with contextlib.suppress(FenceqError):
                 with self._db() as client:
-                    views = set(client.present_views())
-                    operator_view = _has_operator_view(client)
+                    views = set(client.present_views()) if views is None else views
+                    operator_view = _has_operator_view(client) if operator_view is None else operator_view
         lag = None  # how far behind the replica the pages read from is
         if self.read_url is not None:
             with contextlib.suppress(FenceqError):
@@ -215,7 +215,8 @@ class Dashboard:
         return response
 
     def _error(self, request: Request, status: int, message: str) -> Response:
-        return self._render(request, "error.html", status, views=set(), status_code=status, message=message)
+        return self._render(request, "error.html", status, views=set(), operator_view=False, status_code=status,
+                            message=message)
 
     # CSRF: the form carries HMAC(secret, cookie); a cross-site page can send
     # neither the cookie (SameSite=Strict) nor read the token.
