@@ -9,7 +9,8 @@
 -- (first submitted) first, at most max_rows (1 to 100,000). Each job
 -- changed gets the event a cancel writes (cancelled with reason cancel or
 -- force, or cancel_requested), whatever the queue's history setting, its
--- detail adding {"action", "by", "filter"}; dependents cancelled with
+-- detail adding {"action", "by", "filter"} (the arguments given, job_ids
+-- as their number); dependents cancelled with
 -- their job write theirs as history says. Answers how many jobs changed.
 -- Bad input changes nothing: QF102 for a bad queue, job id or task, QF100
 -- for job_ids that are not a non-empty array, a non-boolean flag, force
@@ -30,7 +31,8 @@
 {{cancel_scratch}}
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
-    {{bulk_checks(cancel_jobs, :task IS NOT NULL OR :payload_contains IS NOT NULL, {{cancel_flag_checks(9, 9)}})}}
+    {{bulk_checks(cancel_jobs, :task IS NOT NULL OR :payload_contains IS NOT NULL, )}}
+    {{cancel_flag_checks(13, 14)}}
 ) ORDER BY rank LIMIT 1;
 WITH {{clock}}
 INSERT INTO temp.fenceq_cancel (seq, answer, now)
@@ -47,9 +49,8 @@ SELECT m.seq, {{cancel_answer(m, coalesce(:force, 0))}}, clock.now
 -- The events, while the jobs are as they were.
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, c.answer, {{claim_of(j)}},
-       json_patch(json_object('action', 'cancel_jobs', 'by', NULL,
-                              'filter', {{given(json_object('payload_contains', json(:payload_contains),
-                                                            'task', :task))}}),
+       json_patch(json_object('action', 'cancel_jobs', 'by', NULL, 'filter',
+                              {{cancel_filter}}),
                   {{cancel_detail(c, j)}}),
        c.now
   FROM temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
