@@ -26,8 +26,12 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Differs from PostgreSQL as cancel_matching does, and an event's by is
--- null (SQLite has no users).
+-- Differs from PostgreSQL in that no fenceq_control notification is sent
+-- (workers see the request through claim_state); BEGIN IMMEDIATE holds the
+-- whole file, so no job changes between the choice and the write; an
+-- event's by is null (SQLite has no users); payload_contains may not hold
+-- an object or array inside an array (QF100); and a NULL flag or max_rows
+-- takes its default (PostgreSQL refuses a NULL flag).
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;

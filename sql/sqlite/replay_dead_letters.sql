@@ -21,7 +21,10 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Differs from PostgreSQL as retry_jobs does.
+-- Differs from PostgreSQL in that no fenceq_jobs notification is sent, an
+-- event's by is null (SQLite has no users), error_contains folds ASCII
+-- letters only, payload_contains may not hold an object or array inside an
+-- array (QF100), and a NULL max_rows takes its default.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;

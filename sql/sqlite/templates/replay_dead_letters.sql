@@ -20,7 +20,10 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Differs from PostgreSQL as retry_jobs does.
+-- Differs from PostgreSQL in that no fenceq_jobs notification is sent, an
+-- event's by is null (SQLite has no users), error_contains folds ASCII
+-- letters only, payload_contains may not hold an object or array inside an
+-- array (QF100), and a NULL max_rows takes its default.
 {{error_table}}
 CREATE TEMP TABLE IF NOT EXISTS fenceq_replay (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, job_id TEXT NOT NULL, dlq_id TEXT NOT NULL,
