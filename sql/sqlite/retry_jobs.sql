@@ -10,11 +10,12 @@
 -- Each job changed gets the event retry_forced, whatever the queue's
 -- history setting, with detail {"action", "by", "filter"} (the arguments
 -- given, job_ids as their number). Answers how many jobs changed. Bad
--- input changes nothing: QF102 for a bad queue, job id or task, QF100 for
--- job_ids that are not an array of 1 to 10,000 elements, a bad
--- error_contains or a call with neither job_ids nor a filter, QF100/QF103
--- for payload_contains as in cancel_matching, QF104 for max_rows out of
--- range, QF101 for an undeclared queue.
+-- input changes nothing: QF102 for a bad queue or task or a job id that
+-- is not 1 to 255 characters, QF100 for job_ids that are not an array of
+-- 1 to 10,000 elements, a bad error_contains or a call with neither
+-- job_ids nor a filter, QF100/QF103 for payload_contains as in
+-- cancel_matching, QF104 for max_rows out of range, QF101 for an
+-- undeclared queue.
 --
 -- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
 -- or NULL; :payload_contains canonical JSON TEXT or NULL; :error_contains

@@ -10,13 +10,10 @@
 -- changed gets the event a cancel writes (cancelled with reason cancel or
 -- force, or cancel_requested), whatever the queue's history setting, its
 -- detail adding {"action", "by", "filter"} (the arguments given, job_ids
--- as their number); dependents cancelled with
--- their job write theirs as history says. Answers how many jobs changed.
--- Bad input changes nothing: QF102 for a bad queue, job id or task, QF100
--- for job_ids that are not a non-empty array, a non-boolean flag, force
--- without include_claimed or a call with neither job_ids nor a filter,
--- QF100/QF103 for payload_contains as in cancel_matching, QF104 for
--- max_rows out of range, QF101 for an undeclared queue.
+-- as their number); dependents cancelled with their job write theirs as
+-- history says. Answers how many jobs changed. Bad input changes nothing,
+-- checked as retry_jobs checks it, then QF100 for a non-boolean flag or
+-- force without include_claimed.
 --
 -- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
 -- or NULL; :payload_contains canonical JSON TEXT or NULL;
