@@ -27,6 +27,7 @@ from helpers import claim, raises_code
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
 SECONDS = timedelta(seconds=10)
+CLOSING = timedelta(seconds=10)
 SQLITE_NOW = "(unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000"
 COUNTS = ("submitted", "claimed", "retried", "completed", "failed", "cancelled", "expired")
 
@@ -57,8 +58,9 @@ def minute_of(moment: datetime) -> datetime:
 
 
 def last_closed(db) -> datetime:
-    """The start of the last minute that has ended, by the database's clock."""
-    return minute_of(db_now(db)) - MINUTE
+    """The start of the last closed minute by the database's clock (a minute
+    closes 10 seconds after it ends: design-v7 "Changes from the draft" 2)."""
+    return minute_of(db_now(db) - CLOSING) - MINUTE
 
 
 def _ids(db, job_ids) -> tuple[str, object]:
@@ -279,9 +281,9 @@ def test_samples_older_than_keep_are_deleted(db, client):
         seed_sample(db, "q", recent - age, submitted=1)
     seed_sample(db, "q", recent)
     client.sample_activity()
-    assert sample_rows(db, "q", end=recent - timedelta(days=8)) == 0, "the default keeps 8 days"
+    assert sample_rows(db, "q", end=recent - timedelta(hours=192)) == 0, "the default keeps 192 hours"
     assert sample_rows(db, "q", end=recent) == 2
-    assert sum(b.submitted for b in client.activity(queue="q", since=timedelta(days=8))) == 2
+    assert sum(b.submitted for b in client.activity(queue="q", since=timedelta(hours=192))) == 2
     client.sample_activity(keep=timedelta(days=1))
     assert sample_rows(db, "q", end=recent) == 0
     assert sample_rows(db, "q", recent) >= 1, "the recent rows stay"
@@ -376,8 +378,8 @@ def test_a_duration_is_read_as_the_middle_of_its_bucket(db, client, milliseconds
 
 @pytest.mark.parametrize("since, width", [
     (timedelta(hours=1), MINUTE), (timedelta(hours=2), MINUTE),
-    (timedelta(hours=2, minutes=1), 15 * MINUTE), (timedelta(days=2), 15 * MINUTE),
-    (timedelta(days=2, minutes=1), 60 * MINUTE), (timedelta(days=8), 60 * MINUTE),
+    (timedelta(hours=2, minutes=1), 15 * MINUTE), (timedelta(hours=48), 15 * MINUTE),
+    (timedelta(hours=48, minutes=1), 60 * MINUTE), (timedelta(hours=192), 60 * MINUTE),
 ])
 def test_the_bucket_follows_since_and_every_bucket_appears(db, client, since, width):
     client.create_queue("q")
@@ -386,9 +388,8 @@ def test_the_bucket_follows_since_and_every_bucket_appears(db, client, since, wi
     after = last_closed(db)
     starts = [b.bucket_start for b in buckets]
     assert all(later - earlier == width for earlier, later in zip(starts, starts[1:])), "oldest first"
-    assert since // width <= len(starts) <= since // width + 1, "a partial bucket at either end"
-    assert any(starts[-1] <= minute < starts[-1] + width for minute in (before, after)), \
-        "the last bucket holds the last closed minute"
+    assert len(starts) == -(-since // width), "ceil(since / bucket) whole buckets"
+    assert starts[-1] + width in (before + MINUTE, after + MINUTE), "the last ends where the closed minutes end"
     assert all(counts(b) == (0,) * 7 for b in buckets), "zeros, not missing rows"
     assert all(depth(b) == (None,) * 3 and b.wait_p50 is None and b.run_p95 is None for b in buckets)
 
@@ -404,24 +405,35 @@ def test_one_minute_buckets_end_at_the_last_closed_minute(db, client):
 def test_an_explicit_bucket(db, client):
     client.create_queue("q")
     starts = [b.bucket_start for b in client.activity(queue="q", since=timedelta(hours=1),
-                                                        bucket=timedelta(minutes=5))]
-    assert all(later - earlier == 5 * MINUTE for earlier, later in zip(starts, starts[1:]))
-    assert len(starts) in (12, 13)
+                                                        bucket=timedelta(minutes=7))]
+    assert all(later - earlier == 7 * MINUTE for earlier, later in zip(starts, starts[1:]))
+    assert len(starts) == 9, "ceil(60 / 7)"
     week = client.activity(queue="q", since=timedelta(days=7), bucket=MINUTE)
     assert len(week) == 10_080, "the most buckets a call may ask for"
 
 
 def test_a_bucket_sums_its_minutes_and_shows_its_last_sampled_depth(db, client):
+    """Three samples in the middle of a 15-minute bucket: the buckets end
+    where the closed minutes end, so they share one even if a minute closes
+    before the call."""
     client.create_queue("q")
-    grid = [b.bucket_start for b in client.activity(queue="q", since=timedelta(hours=6))]
-    start = grid[len(grid) // 2]
-    seed_sample(db, "q", start + MINUTE, submitted=2, pending=5, due=4, running=1)
-    seed_sample(db, "q", start + 2 * MINUTE, submitted=3, pending=7, due=6, running=2)
-    seed_sample(db, "q", start + 3 * MINUTE, submitted=4)             # caught up later: no depth
-    seed_sample(db, "q", start + 15 * MINUTE, submitted=1)            # the next bucket
-    buckets = by_start(client.activity(queue="q", since=timedelta(hours=6)))
-    assert (buckets[start].submitted, depth(buckets[start])) == (9, (7, 6, 2))
-    assert (buckets[start + 15 * MINUTE].submitted, depth(buckets[start + 15 * MINUTE])) == (1, (None,) * 3)
+    end = last_closed(db) + MINUTE
+    middle = end - 188 * MINUTE                                           # in [end - 195, end - 180)
+    seed_sample(db, "q", middle - MINUTE, submitted=2, pending=5, due=4, running=1)
+    seed_sample(db, "q", middle, submitted=3, pending=7, due=6, running=2)
+    seed_sample(db, "q", middle + MINUTE, submitted=4)                  # caught up later: no depth
+    seed_sample(db, "q", middle + 30 * MINUTE, submitted=1)             # two buckets on
+    buckets = client.activity(queue="q", since=timedelta(hours=6))
+
+    def holding(minute):
+        [bucket] = [b for b in buckets if b.bucket_start <= minute < b.bucket_start + 15 * MINUTE]
+        return bucket
+
+    assert holding(middle - MINUTE) == holding(middle + MINUTE)
+    assert (holding(middle).submitted, depth(holding(middle))) == (9, (7, 6, 2))
+    later = holding(middle + 30 * MINUTE)
+    assert (later.submitted, depth(later)) == (1, (None,) * 3)
+    assert sum(b.submitted for b in buckets) == 10
 
 
 def test_all_queues_sum_counts_and_depth(db, client):
@@ -450,9 +462,11 @@ def test_an_unknown_queue_is_qf101(client):
 
 
 @pytest.mark.parametrize("since, bucket, code", [
-    (timedelta(days=8, minutes=1), None, "QF104"),                   # without a bucket: at most 8 days
+    (timedelta(hours=192, minutes=1), None, "QF104"),                # at most 192 hours back
+    (timedelta(hours=193), 60 * MINUTE, "QF104"),                    # with a bucket too
     (timedelta(hours=1), timedelta(seconds=90), "QF104"),            # a whole number of minutes
     (timedelta(days=7, minutes=1), MINUTE, "QF104"),                 # at most 10,080 buckets
+    (timedelta(days=7, seconds=1), MINUTE, "QF104"),                 # ceil(since / bucket) of them
     (timedelta(0), None, "QF105"),
     (timedelta(hours=1), timedelta(0), "QF105"),
 ])
@@ -465,8 +479,10 @@ def test_the_sql_refuses_what_the_bucket_rules_forbid(client, since, bucket, cod
 
 @pytest.mark.parametrize("arguments, code", [
     ((Arg("max_minutes", "integer", 0),), "QF104"),
+    ((Arg("max_minutes", "integer", 11_521),), "QF104"),
     ((Arg("keep", "interval", timedelta(0)),), "QF105"),
     ((Arg("keep", "interval", timedelta(seconds=-1)),), "QF105"),
+    ((Arg("keep", "interval", timedelta(seconds=59)),), "QF105"),     # at least a minute
 ])
 def test_sample_activity_refuses_bad_bounds_and_writes_nothing(db, client, arguments, code):
     client.create_queue("q")

@@ -34,10 +34,13 @@ def events(client, job_id: str, name: str | None = None):
 
 
 def assert_recorded(db, event, action: str, **filters) -> None:
-    """The bulk action's part of an event's detail: who, which action, which filter."""
+    """The bulk action's part of an event's detail: who, which action, which
+    filter (the arguments given; job_ids as their number)."""
     assert event.detail["by"] == session_user(db)
     assert event.detail["action"] == action
     given = {name: value for name, value in event.detail["filter"].items() if value is not None}
+    if action == "cancel_jobs":
+        filters = {"include_claimed": False, "force": False, **filters}
     assert given == filters
 
 
@@ -94,7 +97,7 @@ def test_retry_jobs_selection_filters_and_max_rows(db, client):
 
     assert client.retry_jobs("q", job_ids=[boom, crash, elsewhere, "no-such-job"], error_contains="BOOM") == 1
     [forced] = events(client, boom, "retry_forced")
-    assert_recorded(db, forced, "retry_jobs", error_contains="BOOM")
+    assert_recorded(db, forced, "retry_jobs", error_contains="BOOM", job_ids=4)
     assert client.get_job(boom).run_at <= db_now(db) < client.get_job(crash).run_at
     assert client.get_job(elsewhere).run_at > db_now(db), "a job of another queue is ignored"
 
@@ -102,15 +105,19 @@ def test_retry_jobs_selection_filters_and_max_rows(db, client):
     assert_recorded(db, events(client, third, "retry_forced")[0], "retry_jobs", task="u",
                     payload_contains={"tenant": "acme"})
     assert client.retry_jobs("q", job_ids=[crash, elsewhere], max_rows=1) == 1
-    assert_recorded(db, events(client, crash, "retry_forced")[0], "retry_jobs")
+    assert_recorded(db, events(client, crash, "retry_forced")[0], "retry_jobs", job_ids=2)
     assert client.retry_jobs("q", job_ids=[boom, crash, third]) == 0, "none waits any more"
 
 
-def test_retry_jobs_takes_the_oldest_first(db, client):
+def test_retry_jobs_takes_the_soonest_due_first(db, client):
     retry_queue(client)
-    jobs = [failed_job(client, "q", f"error {n}") for n in range(3)]
+    now = db_now(db)
+    jobs = []
+    for hours in (3, 1, 2):                                    # submitted in this order, due in another
+        jobs.append(client.submit("q", "t"))
+        assert client.fail(claim(client, "q").fence, "e", retry_at=now + hours * HOUR)
     assert client.retry_jobs("q", task="t", max_rows=2) == 2
-    assert [bool(events(client, j, "retry_forced")) for j in jobs] == [True, True, False]
+    assert [bool(events(client, j, "retry_forced")) for j in jobs] == [False, True, True]
     assert client.retry_jobs("q", task="t", max_rows=2) == 1
 
 
@@ -140,8 +147,8 @@ def test_cancel_jobs_follows_cancel_matching_and_records_each_change_once(db, cl
     written = client.get_job_events(held_id)[start:]
     assert [e.event for e in written] == ["cancel_requested", "cancelled"]
     assert written[1].detail["reason"] == "force"
-    for event in written:
-        assert_recorded(db, event, "cancel_jobs", task="t")
+    assert_recorded(db, written[0], "cancel_jobs", task="t", include_claimed=True)
+    assert_recorded(db, written[1], "cancel_jobs", task="t", include_claimed=True, force=True)
     assert client.get_job(other_task).status == "pending"
     assert [e.event for e in client.get_job_events(first)] == (["submitted", "cancelled"] if history
                                                               else ["cancelled"])
@@ -155,7 +162,8 @@ def test_cancel_jobs_selection_narrowed_by_a_filter(db, client):
     elsewhere = client.submit("other", "t", {"tenant": "acme"})
     assert client.cancel_jobs("q", job_ids=[acme, beta, elsewhere], payload_contains={"tenant": "acme"}) == 1
     assert [client.get_job(j).status for j in (acme, beta, elsewhere)] == ["cancelled", "pending", "pending"]
-    assert_recorded(db, events(client, acme, "cancelled")[0], "cancel_jobs", payload_contains={"tenant": "acme"})
+    assert_recorded(db, events(client, acme, "cancelled")[0], "cancel_jobs", payload_contains={"tenant": "acme"},
+                    job_ids=3)
     assert client.cancel_jobs("q", job_ids=[beta, elsewhere]) == 1
     assert client.get_job(elsewhere).status == "pending"
 
@@ -200,7 +208,7 @@ def test_replay_dead_letters_replays_each_open_letter_once(db, client):
     assert client.replay_dead_letters("q", job_ids=[crash, elsewhere, boom]) == 1
     assert client.get_job(crash).status == "pending"
     assert client.get_job(elsewhere).status == "failed", "a job of another queue is ignored"
-    assert_recorded(db, events(client, crash, "replayed")[0], "replay_dead_letters")
+    assert_recorded(db, events(client, crash, "replayed")[0], "replay_dead_letters", job_ids=3)
 
 
 def test_replay_dead_letters_filters_and_max_rows(db, client):
@@ -232,7 +240,8 @@ ACTIONS = ("retry_jobs", "cancel_jobs", "replay_dead_letters")
     ({"task": "t", "max_rows": 0}, "QF104"),
     ({"task": "t", "max_rows": 100_001}, "QF104"),
     ({"payload_contains": "1"}, "QF100"),
-    ({"job_ids": ["j" * 37]}, "QF102"),
+    ({"job_ids": ["j" * 256]}, "QF102"),
+    ({"job_ids": []}, "QF100"),
 ], ids=str)
 def test_a_refused_call_changes_nothing(db, client, action, arguments, code):
     retry_queue(client)

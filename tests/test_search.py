@@ -9,7 +9,7 @@ Written from the design, before the SQL. Finished times are moved with SQL
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -20,6 +20,7 @@ from test_activity import db_now, set_jobs, unchecked
 from test_time_flow import CONTAINMENT
 
 HOUR = timedelta(hours=1)
+NOW = datetime.now(timezone.utc)
 
 
 def found(page) -> list[str]:
@@ -110,6 +111,23 @@ def test_a_window_of_finished_jobs(db, client):
     assert found(client.search_jobs(status="completed", since=now - HOUR)) == [done]
     assert found(client.search_jobs(status="cancelled", since=now - HOUR)) == [cancelled]
     assert found(client.search_jobs(status="expired", since=now - 4 * HOUR)) == []
+
+
+def test_a_terminal_status_or_error_contains_alone_reads_the_finished_jobs(db, client):
+    """design-v7 "Changes from the draft" 5: the most recently finished
+    first, at most max_scan of them; the page itself newest (seq) first."""
+    client.create_queue("q", lease=HOUR, max_attempts=1)
+    first = failed_job(client, "q", "boom one")
+    second = failed_job(client, "q", "boom two")
+    done = client.submit("q", "t")
+    assert client.complete(claim(client, "q").fence)
+    now = db_now(db)
+    set_jobs(db, [first], finished_at=now - 2 * HOUR)
+    set_jobs(db, [second, done], finished_at=now - 3 * HOUR)
+    assert found(client.search_jobs(status="failed")) == [second, first]
+    assert found(client.search_jobs(error_contains="BOOM")) == [second, first]
+    assert found(client.search_jobs(status="failed", max_scan=1)) == [first], "the most recently finished"
+    assert found(client.search_jobs(since=now - 4 * HOUR)) == [done, second, first]
 
 
 def test_error_contains_is_a_case_insensitive_substring_of_the_last_error(db, client):
@@ -207,8 +225,9 @@ KINDS = {"queue": "text", "status": "text", "task": "text", "payload_contains": 
 @pytest.mark.parametrize("arguments, code", [
     ({}, "QF100"),
     ({"queue": "q", "task": "t", "payload_contains": '{"a":1}'}, "QF100"),
-    ({"status": "failed"}, "QF100"),
-    ({"error_contains": "boom"}, "QF100"),
+    ({"status": "pending", "since": NOW}, "QF100"),          # a window bounds when a job finished
+    ({"status": "claimed", "until": NOW}, "QF100"),
+    ({"status": "pending", "queue": "nope"}, "QF101"),
     ({"status": "done"}, "QF100"),
     ({"status": "pending", "payload_contains": "1"}, "QF100"),
     ({"status": "pending", "max_rows": 0}, "QF104"),

@@ -9,11 +9,13 @@ The statement files that use it, and those of search_jobs and the bulk
 actions (retry_jobs, cancel_jobs, replay_dead_letters), are the client's,
 not stored in the database (sql/sqlite/).
 
-It applies sql/0007_fenceq_v7.sql: the table created empty, the schema
-version set to 7. The step holds the write lock for that only (readers in
-WAL mode go on); jobs, claims and fences are untouched.
+It applies sql/0007_fenceq_v7.sql: the table created empty, a partial
+index of the open dead letters (replay_dead_letters reads a queue's, oldest
+first; building it reads the letters once), the schema version set to 7.
+The step holds the write lock for that only (readers in WAL mode go on);
+jobs, claims and fences are untouched.
 
-Rollback drops the table and sets the version back to 6. It takes the
+Rollback drops the table and the index and sets the version back to 6. It takes the
 write lock, then refuses (QF901) while the table has a row, unless
 FENCEQ_ALLOW_DATA_LOSS=1: the series cannot be rebuilt from the jobs (purge
 removes them). Otherwise it is lossless.
@@ -43,6 +45,7 @@ def rollback(conn):
     if in_use and os.environ.get("FENCEQ_ALLOW_DATA_LOSS") != "1":
         raise config_error("QF901", "this downgrade would lose the activity series of version 7;"
                                     " rerun with --allow-data-loss (FENCEQ_ALLOW_DATA_LOSS=1)")
+    cursor.execute("DROP INDEX fenceq__dead_letters_unhandled_idx")
     cursor.execute("DROP TABLE fenceq__activity")
     cursor.execute("PRAGMA user_version = 6")
 

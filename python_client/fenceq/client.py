@@ -236,15 +236,17 @@ class _Operations:
     # The operator's view over time (docs/design-v7.md)
     def sample_activity(self, *, max_minutes: int | None = None, keep: timedelta | None = None) -> int:
         """Write each queue's closed minutes since its last sample (at most
-        ``max_minutes``, default 60) and delete samples older than ``keep``
-        (default 8 days); how many rows were written. The worker's
-        maintenance calls it."""
+        ``max_minutes``, default 60; a minute closes 10 seconds after it
+        ends) and delete samples older than ``keep`` (default 192 hours);
+        how many rows were written. The worker's maintenance calls it."""
         return self._call(ops.sample_activity(max_minutes, keep))
 
     def activity(self, *, queue: str | None = None, since: timedelta = timedelta(hours=1),
                  bucket: timedelta | None = None) -> list[ActivityBucket]:
         """One queue's (or, without ``queue``, all queues') activity over
-        the last ``since``, oldest bucket first, every bucket of the range."""
+        the last ``since`` (at most 192 hours), oldest bucket first: every
+        one of the ceil(since / bucket) buckets, the last ending where the
+        closed minutes end."""
         return self._call(ops.activity(queue, since, bucket))
 
     def search_jobs(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
@@ -252,9 +254,11 @@ class _Operations:
                     submission_prefix: str | None = None, since: datetime | None = None,
                     until: datetime | None = None, before_seq: int | None = None, max_rows: int = 50,
                     max_scan: int = 10_000) -> JobPage:
-        """Jobs newest first, bounded by an index (a submission prefix, a
-        live status, or a window of finished jobs with a terminal status or
-        ``error_contains``); the next page with ``before_seq=page.next_before_seq``."""
+        """Jobs newest first, from one index range: a submission prefix,
+        else a live status, else the jobs finished in [since, until) (a
+        terminal status, ``since``, ``until`` or ``error_contains``), at most
+        ``max_scan`` rows of it; the next page with
+        ``before_seq=page.next_before_seq``."""
         return self._call_then(ops.search_jobs(queue, status, task, payload_contains, error_contains,
                                                submission_prefix, since, until, before_seq, max_rows, max_scan),
                                JobPage.of)

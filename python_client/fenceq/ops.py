@@ -518,8 +518,8 @@ def cancel_matching(queue, task=None, payload_contains=None, include_claimed=Fal
 # The operator's view over time (version 7, docs/design-v7.md) ------------------
 # Arguments are checked in their SQL order, as the SQL checks them.
 
-MAX_SAMPLE_MINUTES = 10_080           # a week of minutes caught up per call
-ACTIVITY_DEFAULT_BUCKET_LIMIT = timedelta(days=8)   # the longest since without an explicit bucket
+MAX_SAMPLE_MINUTES = 11_520           # a catch-up of 192 hours in one call
+ACTIVITY_LONGEST = timedelta(hours=192)
 MAX_ACTIVITY_BUCKETS = 10_080
 MAX_SEARCH_ROWS = 1_000
 MAX_SEARCH_SCAN = 1_000_000
@@ -531,26 +531,27 @@ TERMINAL_STATUSES = ("completed", "failed", "cancelled", "expired")
 
 def sample_activity(max_minutes=None, keep=None) -> Op:
     """Writes: each queue's closed minutes since its last row (answers how
-    many rows it wrote), and deletes rows older than keep."""
-    return Op("sample_activity", _args(
-        ("max_minutes", "integer", v.integer(max_minutes, "max_minutes", minimum=1, maximum=MAX_SAMPLE_MINUTES)),
-        ("keep", "interval", v.duration(keep, "keep", backwards=True)),
-        optional=("max_minutes", "keep"),
-    ), Shape.SCALAR, int)
+    many rows it wrote), and deletes rows older than keep (at least a minute)."""
+    max_minutes = v.integer(max_minutes, "max_minutes", minimum=1, maximum=MAX_SAMPLE_MINUTES)
+    keep = v.duration(keep, "keep", backwards=True)
+    if keep is not None and keep < timedelta(minutes=1):
+        raise config_error("QF105", "keep must be at least a minute")
+    return Op("sample_activity", _args(("max_minutes", "integer", max_minutes), ("keep", "interval", keep),
+                                       optional=("max_minutes", "keep")), Shape.SCALAR, int)
 
 
 def activity(queue=None, since=timedelta(hours=1), bucket=None) -> Op:
-    """Without a bucket: 1 minute up to 2 hours, 15 minutes up to 2 days,
-    1 hour up to 8 days (longer is QF104); an explicit bucket is a whole
-    number of minutes, at most MAX_ACTIVITY_BUCKETS of them in since."""
+    """since: at most 192 hours. Without a bucket: 1 minute up to 2 hours,
+    15 minutes up to 48 hours, 1 hour beyond; a bucket is a whole number of
+    minutes, at most MAX_ACTIVITY_BUCKETS of them (ceil(since / bucket))."""
     queue = v.name(queue, "queue", nullable=True)
     since = v.duration(since, "since", nullable=False, backwards=True)
-    bucket = v.duration(bucket, "bucket")
-    if bucket is None and since > ACTIVITY_DEFAULT_BUCKET_LIMIT:
-        raise config_error("QF104", "since beyond 8 days needs an explicit bucket")
+    if since > ACTIVITY_LONGEST:
+        raise config_error("QF104", "since may reach back at most 192 hours")
+    bucket = v.duration(bucket, "bucket", backwards=True)
     if bucket is not None and bucket % timedelta(minutes=1):
         raise config_error("QF104", "bucket must be a whole number of minutes")
-    if bucket is not None and since / bucket > MAX_ACTIVITY_BUCKETS:
+    if bucket is not None and -(-since // bucket) > MAX_ACTIVITY_BUCKETS:
         raise config_error("QF104", f"since may hold at most {MAX_ACTIVITY_BUCKETS} buckets")
     return Op("activity", _args(("queue", "text", queue), ("since", "interval", since),
                                 ("bucket", "interval", bucket)), Shape.ROWS, ActivityBucket, writes=False)
@@ -564,9 +565,10 @@ def _error_pattern(value) -> str | None:
 def search_jobs(queue=None, status=None, task=None, payload_contains=None, error_contains=None,
                 submission_prefix=None, since=None, until=None, before_seq=None, max_rows=50,
                 max_scan=10_000) -> Op:
-    """Bounded by an index: a submission prefix, a live status, or a time
-    window of finished jobs with a terminal status or error_contains; else
-    QF100 (never a scan of all history)."""
+    """Bounded by one index range: a submission prefix, else a live status,
+    else the jobs finished in [since, until) (a terminal status, since, until
+    or error_contains); else QF100, never a read of all history. since and
+    until bound when a job finished: QF100 with a live status."""
     queue = v.name(queue, "queue", nullable=True)
     if status is not None and status not in LIVE_STATUSES + TERMINAL_STATUSES:
         raise config_error("QF100", "status must be one of " + ", ".join(LIVE_STATUSES + TERMINAL_STATUSES))
@@ -575,12 +577,13 @@ def search_jobs(queue=None, status=None, task=None, payload_contains=None, error
     error_contains = _error_pattern(error_contains)
     submission_prefix = v.name(submission_prefix, "submission_prefix", nullable=True)
     since, until = v.moment(since, "since"), v.moment(until, "until")
-    before_seq = v.integer(before_seq, "before_seq", minimum=1, maximum=v.INT64_MAX)
+    before_seq = v.integer(before_seq, "before_seq", minimum=-v.INT64_MAX - 1, maximum=v.INT64_MAX)
     max_rows = v.integer(max_rows, "max_rows", nullable=False, minimum=1, maximum=MAX_SEARCH_ROWS)
     max_scan = v.integer(max_scan, "max_scan", nullable=False, minimum=1, maximum=MAX_SEARCH_SCAN)
     windowed = since is not None or until is not None
-    if not (submission_prefix is not None or status in LIVE_STATUSES
-            or (windowed and (status in TERMINAL_STATUSES or error_contains is not None))):
+    if status in LIVE_STATUSES and windowed:
+        raise config_error("QF100", "since and until bound when a job finished: not with a live status")
+    if submission_prefix is None and status is None and not windowed and error_contains is None:
         raise config_error("QF100", "search needs a submission prefix, a status or a time window")
     return Op("search_jobs", _args(
         ("queue", "text", queue),
@@ -599,57 +602,54 @@ def search_jobs(queue=None, status=None, task=None, payload_contains=None, error
     ), Shape.ROWS, SearchedJob, writes=False)
 
 
-def _selection(job_ids) -> list[str] | None:
-    if job_ids is None:
-        return None
-    ids = [v.job_id(item) for item in v.sequence(job_ids, "job_ids")]
-    if not ids:
-        raise config_error("QF100", "job_ids must be a non-empty list (or None)")
-    return ids  # type: ignore[return-value]
-
-
-def _bulk_action(name, queue, job_ids, filters, flags, max_rows) -> Op:
-    """A bulk action on a queue (already checked): a selection and filters
-    (at least one of the two, else QF100), flags, and max_rows (1 to 100,000)."""
-    selection = _selection(job_ids)
+def _bulk_action(name, queue, job_ids, filters, max_rows, flags=None) -> Op:
+    """A bulk action, checked in the SQL's order: the queue, the selection
+    (1 to 10,000 ids), the filters, max_rows (1 to 100,000), then QF100 for
+    neither job_ids nor a filter; ``flags`` (a function giving the checked
+    flags) after those."""
+    queue = v.name(queue, "queue")
+    selection = None if job_ids is None else v.names(job_ids, "job_ids")
+    filters = filters()
     max_rows = v.integer(max_rows, "max_rows", nullable=False, minimum=1, maximum=MAX_BULK_ROWS)
     if selection is None and all(value is None for _, _, value in filters):
         raise config_error("QF100", f"{name} needs job_ids or a filter")
-    return Op(name, _args(("queue", "text", queue), ("job_ids", "text[]", selection), *filters, *flags,
-                          ("max_rows", "integer", max_rows),
+    return Op(name, _args(("queue", "text", queue), ("job_ids", "text[]", selection), *filters,
+                          *(flags() if flags else ()), ("max_rows", "integer", max_rows),
                           optional=("job_ids",) + tuple(arg for arg, _, _ in filters)), Shape.SCALAR, int)
 
 
-def _failure_filters(task, payload_contains, error_contains) -> list[tuple[str, str, Any]]:
-    return [("task", "text", v.name(task, "task", nullable=True)),
-            ("payload_contains", "jsonb", _payload_contains(payload_contains)),
-            ("error_contains", "text", _error_pattern(error_contains))]
+def _failure_filters(task, payload_contains, error_contains):
+    return lambda: [("task", "text", v.name(task, "task", nullable=True)),
+                    ("payload_contains", "jsonb", _payload_contains(payload_contains)),
+                    ("error_contains", "text", _error_pattern(error_contains))]
 
 
 def retry_jobs(queue, job_ids=None, task=None, payload_contains=None, error_contains=None, max_rows=1_000) -> Op:
-    """Pending jobs waiting for a retry become due now (event retry_forced)."""
-    queue = v.name(queue, "queue")
+    """Pending jobs waiting for a retry become due now, soonest due first
+    (event retry_forced)."""
     return _bulk_action("retry_jobs", queue, job_ids, _failure_filters(task, payload_contains, error_contains),
-                        [], max_rows)
+                        max_rows)
 
 
 def cancel_jobs(queue, job_ids=None, task=None, payload_contains=None, include_claimed=False, force=False,
                 max_rows=1_000) -> Op:
     """cancel_matching's rule on a selection and/or a filter, recorded."""
-    queue = v.name(queue, "queue")
-    filters = [("task", "text", v.name(task, "task", nullable=True)),
-               ("payload_contains", "jsonb", _payload_contains(payload_contains))]
-    include_claimed, force = _cancel_flags(include_claimed, force)
-    return _bulk_action("cancel_jobs", queue, job_ids, filters,
-                        [("include_claimed", "boolean", include_claimed), ("force", "boolean", force)], max_rows)
+    def flags():
+        checked = _cancel_flags(include_claimed, force)
+        return [("include_claimed", "boolean", checked[0]), ("force", "boolean", checked[1])]
+
+    return _bulk_action("cancel_jobs", queue, job_ids,
+                        lambda: [("task", "text", v.name(task, "task", nullable=True)),
+                                 ("payload_contains", "jsonb", _payload_contains(payload_contains))],
+                        max_rows, flags)
 
 
 def replay_dead_letters(queue, job_ids=None, task=None, payload_contains=None, error_contains=None,
                         max_rows=1_000) -> Op:
-    """Each unhandled letter of a matching failed job, replayed as replay_dead_letter would."""
-    queue = v.name(queue, "queue")
+    """Each unhandled letter of a matching failed job, oldest first, replayed
+    as replay_dead_letter would (a job whose active key is held is skipped)."""
     return _bulk_action("replay_dead_letters", queue, job_ids,
-                        _failure_filters(task, payload_contains, error_contains), [], max_rows)
+                        _failure_filters(task, payload_contains, error_contains), max_rows)
 
 
 # Operators ------------------------------------------------------------------

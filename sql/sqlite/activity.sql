@@ -1,20 +1,21 @@
 -- fenceq for SQLite: activity -- a queue's (or all queues') activity over time, in buckets.
 -- Generated from templates/activity.sql by scripts/gen-sqlite: edit the template.
 --
--- The rows of fenceq__activity of the last since (the closed minutes from
--- now - since up to the current minute), in buckets of bucket: without
--- one, 1 minute for since up to 2 hours, 15 minutes up to 2 days, 1 hour up
--- to 8 days. Buckets are whole multiples of their width since 1970, oldest
--- first, every one of the range (zeros where nothing was sampled). Per
--- bucket: the sums of the counts; the depth of each queue's last sample in
--- the bucket (a row with a depth), summed, NULL when none has one; the 50th
--- and 95th percentiles of wait and run from the bucket's histograms merged
--- (elementwise sums), each read as the geometric middle of its histogram
--- bucket, NULL when no job completed or failed in it. Without queue, all
+-- The rows of fenceq__activity of the last since (at most 192 hours), in
+-- buckets of bucket: without one, 1 minute for since up to 2 hours, 15
+-- minutes up to 48 hours, 1 hour beyond. There are ceil(since / bucket)
+-- buckets, oldest first, the last ending where the closed minutes end (a
+-- minute closes 10 seconds after it ends), every one of them (zeros where
+-- nothing was sampled). Per bucket: the sums of the counts; the depth of
+-- each queue's last sample in the bucket (a row with a depth), summed, NULL
+-- when none has one; the 50th and 95th percentiles of wait and run from the
+-- bucket's histograms merged (elementwise sums): the histogram bucket that
+-- holds the ceil(p * n)-th of the n durations, read as its geometric
+-- middle, NULL when no job completed or failed in it. Without queue, all
 -- queues. QF102 for a bad queue name, QF105 for a since or bucket that is
--- not positive, QF104 for since beyond 8 days without a bucket, a bucket
--- that is not a whole number of minutes or more than 10,080 buckets in
--- since, QF101 for an undeclared queue.
+-- not positive, QF104 for since beyond 192 hours, a bucket that is not a
+-- whole number of minutes or more than 10,080 buckets, QF101 for an
+-- undeclared queue.
 --
 -- Parameters: :queue TEXT or NULL (all); :since INTEGER microseconds or
 -- NULL (1 hour); :bucket INTEGER microseconds or NULL (by since).
@@ -40,14 +41,14 @@ SELECT substr(c.error, 1, 5), substr(c.error, 7)
                WHEN :since > 62135596800000000
                              + (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
                     THEN 'QF105 fenceq: since reaches beyond years 0001-9999'
+               WHEN :since > 691200000000
+                    THEN 'QF104 fenceq: since may reach back at most 192 hours'
                WHEN NOT (:bucket IS NULL
                          OR (typeof(:bucket) = 'integer' AND :bucket > 0))
                     THEN 'QF105 fenceq: bucket must be positive'
-               WHEN :bucket IS NULL AND :since > 691200000000
-                    THEN 'QF104 fenceq: since beyond 8 days needs an explicit bucket'
                WHEN :bucket % 60000000 <> 0
                     THEN 'QF104 fenceq: bucket must be a whole number of minutes'
-               WHEN coalesce(:since, 3600000000) > 10080.0 * :bucket
+               WHEN (coalesce(:since, 3600000000) + :bucket - 1) / :bucket > 10080
                     THEN 'QF104 fenceq: since may hold at most 10080 buckets'
                WHEN :queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
                     THEN 'QF101 fenceq: unknown queue'
@@ -56,21 +57,24 @@ SELECT substr(c.error, 1, 5), substr(c.error, 7)
 WITH RECURSIVE
     clock(now) AS MATERIALIZED (
         SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000),
+    -- The buckets' width and where they start and end: ceil(since / width) of them.
     span(start, stop, width) AS MATERIALIZED (
-        SELECT c.stop - coalesce(:since, 3600000000), c.stop,
-               coalesce(:bucket, CASE WHEN coalesce(:since, 3600000000) <= 7200000000 THEN 60000000
-                                      WHEN :since <= 172800000000 THEN 900000000
-                                      ELSE 3600000000 END)
-          FROM (SELECT ((clock.now) - (((clock.now) % 60000000) + 60000000) % 60000000) AS stop FROM clock) AS c
+        SELECT c.stop - (c.since + c.width - 1) / c.width * c.width, c.stop, c.width
+          FROM (SELECT coalesce(:since, 3600000000) AS since,
+                       ((clock.now - 10000000) - (((clock.now - 10000000) % 60000000) + 60000000) % 60000000) AS stop,
+                       coalesce(:bucket, CASE WHEN coalesce(:since, 3600000000) <= 7200000000 THEN 60000000
+                                              WHEN :since <= 172800000000 THEN 900000000
+                                              ELSE 3600000000 END) AS width
+                  FROM clock) AS c
          WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)),
     buckets(bucket_start) AS (
-        SELECT ((s.start) - (((s.start) % s.width) + s.width) % s.width) FROM span AS s
+        SELECT s.start FROM span AS s
         UNION ALL
         SELECT b.bucket_start + s.width FROM buckets AS b JOIN span AS s WHERE b.bucket_start + s.width < s.stop),
     -- Each queue's range of minutes, through the primary key (CROSS JOIN
     -- keeps that order: queues outside, never a scan of the series).
     samples AS MATERIALIZED (
-        SELECT ((a.minute) - (((a.minute) % s.width) + s.width) % s.width) AS bucket_start, a.*
+        SELECT s.start + (a.minute - s.start) / s.width * s.width AS bucket_start, a.*
           FROM span AS s
          CROSS JOIN fenceq__queues AS q
          CROSS JOIN fenceq__activity AS a
@@ -100,12 +104,12 @@ WITH RECURSIVE
                sum(m.n) OVER (PARTITION BY m.kind, m.bucket_start ORDER BY m.k) AS upto,
                sum(m.n) OVER (PARTITION BY m.kind, m.bucket_start) AS total
           FROM merged AS m),
-    -- A percentile p falls in the first histogram bucket where the count so
-    -- far reaches p of the total.
+    -- The p-th percentile: the first histogram bucket where the count so
+    -- far reaches ceil(p * total).
     percentiles AS (
         SELECT c.kind, c.bucket_start,
-               min(CASE WHEN c.upto >= 0.50 * c.total THEN c.k END) AS p50,
-               min(CASE WHEN c.upto >= 0.95 * c.total THEN c.k END) AS p95
+               min(CASE WHEN c.upto >= ceil(c.total * 0.5) THEN c.k END) AS p50,
+               min(CASE WHEN c.upto >= ceil(c.total * 0.95) THEN c.k END) AS p95
           FROM cumulative AS c WHERE c.total > 0 GROUP BY c.kind, c.bucket_start)
 SELECT e.sqlstate, e.message, e.detail, NULL AS bucket_start, NULL AS submitted, NULL AS claimed,
        NULL AS retried, NULL AS completed, NULL AS failed, NULL AS cancelled, NULL AS expired, NULL AS pending,

@@ -10,13 +10,11 @@
 -- (first submitted) first, at most max_rows (1 to 100,000). Each job
 -- changed gets the event a cancel writes (cancelled with reason cancel or
 -- force, or cancel_requested), whatever the queue's history setting, its
--- detail adding {"action", "by", "filter"}; dependents cancelled with
--- their job write theirs as history says. Answers how many jobs changed.
--- Bad input changes nothing: QF102 for a bad queue, job id or task, QF100
--- for job_ids that are not a non-empty array, a non-boolean flag, force
--- without include_claimed or a call with neither job_ids nor a filter,
--- QF100/QF103 for payload_contains as in cancel_matching, QF104 for
--- max_rows out of range, QF101 for an undeclared queue.
+-- detail adding {"action", "by", "filter"} (the arguments given, job_ids
+-- as their number); dependents cancelled with their job write theirs as
+-- history says. Answers how many jobs changed. Bad input changes nothing,
+-- checked as retry_jobs checks it, then QF100 for a non-boolean flag or
+-- force without include_claimed.
 --
 -- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
 -- or NULL; :payload_contains canonical JSON TEXT or NULL;
@@ -25,8 +23,12 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Differs from PostgreSQL as cancel_matching does, and an event's by is
--- null (SQLite has no users).
+-- Differs from PostgreSQL in that no fenceq_control notification is sent
+-- (workers see the request through claim_state); BEGIN IMMEDIATE holds the
+-- whole file, so no job changes between the choice and the write; an
+-- event's by is null (SQLite has no users); payload_contains may not hold
+-- an object or array inside an array (QF100); and a NULL flag or max_rows
+-- takes its default (PostgreSQL refuses a NULL flag).
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
@@ -38,17 +40,17 @@ SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
      WHERE NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
                 AND instr(CAST(:queue AS BLOB), x'00') = 0)
-    UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be a non-empty array of job ids'
+    UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be an array of 1 to 10000 elements'
      WHERE :job_ids IS NOT NULL
        AND NOT coalesce(json_array_length(CASE WHEN json_valid(:job_ids)
                                                THEN CASE WHEN json_type(:job_ids) = 'array'
-                                                         THEN :job_ids END END) > 0, 0)
-    UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold job ids of 1 to 36 characters'
+                                                         THEN :job_ids END END) BETWEEN 1 AND 10000, 0)
+    UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold strings of 1 to 255 characters'
      WHERE EXISTS (SELECT 1
                      FROM json_each(CASE WHEN json_valid(:job_ids)
                                          THEN CASE WHEN json_type(:job_ids) = 'array'
                                                    THEN :job_ids END END) AS e
-                    WHERE NOT (e.type = 'text' AND (typeof(e.value) = 'text' AND length(e.value) BETWEEN 1 AND 36
+                    WHERE NOT (e.type = 'text' AND (typeof(e.value) = 'text' AND length(e.value) BETWEEN 1 AND 255
                                                     AND instr(CAST(e.value AS BLOB), x'00') = 0)))
     UNION ALL SELECT 4, 'QF102', 'fenceq: task must be 1 to 255 characters'
      WHERE NOT (:task IS NULL OR (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255
@@ -67,13 +69,7 @@ SELECT sqlstate, message FROM (
                      FROM json_tree(CASE WHEN typeof(:payload_contains) = 'text' AND json_valid(:payload_contains)
                                          THEN :payload_contains END) AS b
                     WHERE typeof(b.key) = 'integer' AND b.type IN ('object', 'array'))
-    UNION ALL SELECT 9, 'QF100', 'fenceq: include_claimed and force must be booleans'
-     WHERE NOT ((:include_claimed IS NULL
-                 OR (typeof(:include_claimed) = 'integer' AND :include_claimed IN (0, 1)))
-                AND (:force IS NULL
-                     OR (typeof(:force) = 'integer' AND :force IN (0, 1))))
-    UNION ALL SELECT 9, 'QF100', 'fenceq: force applies to claimed jobs: it needs include_claimed'
-     WHERE coalesce(:force, 0) IS 1 AND coalesce(:include_claimed, 0) IS NOT 1
+    
     UNION ALL SELECT 10, 'QF104', 'fenceq: max_rows must be an integer from 1 to 100000'
      WHERE NOT (:max_rows IS NULL
                 OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 100000))
@@ -81,6 +77,13 @@ SELECT sqlstate, message FROM (
      WHERE :job_ids IS NULL AND NOT (:task IS NOT NULL OR :payload_contains IS NOT NULL)
     UNION ALL SELECT 12, 'QF101', 'fenceq: unknown queue'
      WHERE NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
+    UNION ALL SELECT 13, 'QF100', 'fenceq: include_claimed and force must be booleans'
+     WHERE NOT ((:include_claimed IS NULL
+                 OR (typeof(:include_claimed) = 'integer' AND :include_claimed IN (0, 1)))
+                AND (:force IS NULL
+                     OR (typeof(:force) = 'integer' AND :force IN (0, 1))))
+    UNION ALL SELECT 14, 'QF100', 'fenceq: force applies to claimed jobs: it needs include_claimed'
+     WHERE coalesce(:force, 0) IS 1 AND coalesce(:include_claimed, 0) IS NOT 1
 ) ORDER BY rank LIMIT 1;
 WITH clock(now) AS MATERIALIZED (
          SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
@@ -115,9 +118,13 @@ SELECT m.seq, CASE WHEN m.status = 'pending' OR (m.status = 'claimed' AND coales
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, c.answer, CASE WHEN j.status = 'claimed' THEN j.generation END,
                                     CASE WHEN j.status = 'claimed' THEN j.owner_id END,
-       json_patch(json_object('action', 'cancel_jobs', 'by', NULL,
-                              'filter', json_patch('{}', json_object('payload_contains', json(:payload_contains),
-                                                                                                    'task', :task))),
+       json_patch(json_object('action', 'cancel_jobs', 'by', NULL, 'filter',
+                              json_patch('{}', json_object(
+                                  'force', json(iif(coalesce(:force, 0), 'true', 'false')),
+                                  'include_claimed', json(iif(coalesce(:include_claimed, 0), 'true', 'false')),
+                                  'job_ids', json_array_length(:job_ids),
+                                  'payload_contains', json(:payload_contains),
+                                  'task', :task))),
                   CASE WHEN c.answer = 'cancel_requested' THEN '{}'
                        WHEN j.status = 'claimed' THEN '{"reason":"force"}' ELSE '{"reason":"cancel"}' END),
        c.now

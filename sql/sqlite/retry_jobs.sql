@@ -5,15 +5,17 @@
 -- still ahead, not waiting on dependencies) among the selection job_ids
 -- (when given) that match every filter given (task, payload_contains as
 -- cancel_matching decides it, error_contains as a case-insensitive
--- substring of last_error) become due now; oldest (first submitted) first,
--- at most max_rows (1 to 100,000). A job id not in the queue is ignored.
+-- substring of last_error) become due now; soonest due first, at most
+-- max_rows (1 to 100,000). A job id not in the queue is ignored.
 -- Each job changed gets the event retry_forced, whatever the queue's
--- history setting, with detail {"action", "by", "filter"}. Answers how
--- many jobs changed. Bad input changes nothing: QF102 for a bad queue,
--- job id or task, QF100 for job_ids that are not a non-empty array, a bad
--- error_contains or a call with neither job_ids nor a filter, QF100/QF103
--- for payload_contains as in cancel_matching, QF104 for max_rows out of
--- range, QF101 for an undeclared queue.
+-- history setting, with detail {"action", "by", "filter"} (the arguments
+-- given, job_ids as their number). Answers how many jobs changed. Bad
+-- input changes nothing: QF102 for a bad queue or task or a job id that
+-- is not 1 to 255 characters, QF100 for job_ids that are not an array of
+-- 1 to 10,000 elements, a bad error_contains or a call with neither
+-- job_ids nor a filter, QF100/QF103 for payload_contains as in
+-- cancel_matching, QF104 for max_rows out of range, QF101 for an
+-- undeclared queue.
 --
 -- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
 -- or NULL; :payload_contains canonical JSON TEXT or NULL; :error_contains
@@ -35,17 +37,17 @@ SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
      WHERE NOT (typeof(:queue) = 'text' AND length(:queue) BETWEEN 1 AND 255
                 AND instr(CAST(:queue AS BLOB), x'00') = 0)
-    UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be a non-empty array of job ids'
+    UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be an array of 1 to 10000 elements'
      WHERE :job_ids IS NOT NULL
        AND NOT coalesce(json_array_length(CASE WHEN json_valid(:job_ids)
                                                THEN CASE WHEN json_type(:job_ids) = 'array'
-                                                         THEN :job_ids END END) > 0, 0)
-    UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold job ids of 1 to 36 characters'
+                                                         THEN :job_ids END END) BETWEEN 1 AND 10000, 0)
+    UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold strings of 1 to 255 characters'
      WHERE EXISTS (SELECT 1
                      FROM json_each(CASE WHEN json_valid(:job_ids)
                                          THEN CASE WHEN json_type(:job_ids) = 'array'
                                                    THEN :job_ids END END) AS e
-                    WHERE NOT (e.type = 'text' AND (typeof(e.value) = 'text' AND length(e.value) BETWEEN 1 AND 36
+                    WHERE NOT (e.type = 'text' AND (typeof(e.value) = 'text' AND length(e.value) BETWEEN 1 AND 255
                                                     AND instr(CAST(e.value AS BLOB), x'00') = 0)))
     UNION ALL SELECT 4, 'QF102', 'fenceq: task must be 1 to 255 characters'
      WHERE NOT (:task IS NULL OR (typeof(:task) = 'text' AND length(:task) BETWEEN 1 AND 255
@@ -100,20 +102,23 @@ SELECT j.seq, clock.now
                   AND (b.type NOT IN ('integer', 'real', 'text') OR a.value = b.value))))
    AND (:error_contains IS NULL OR instr(lower(j.last_error), lower(:error_contains)) > 0)
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.seq
+ ORDER BY j.run_at, j.job_id
  LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
             ELSE 1000 END;
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'retry_forced', NULL, NULL,
        json_object('action', 'retry_jobs', 'by', NULL,
-                   'filter', json_patch('{}', json_object('error_contains', :error_contains,
-                                                 'payload_contains', json(:payload_contains),
-                                                 'task', :task))),
+                   'filter', json_patch('{}', json_object(
+                                 'error_contains', :error_contains,
+                                 'job_ids', json_array_length(:job_ids),
+                                 'payload_contains', json(:payload_contains),
+                                 'task', :task))),
        r.now
   FROM temp.fenceq_retry_forced AS r JOIN fenceq__jobs AS j ON j.seq = r.seq;
+-- Each job by its rowid (+r.seq: never a scan of the jobs for the scratch rows).
 UPDATE fenceq__jobs SET run_at = r.now, scheduled = 0
   FROM temp.fenceq_retry_forced AS r
- WHERE fenceq__jobs.seq = r.seq;
+ WHERE fenceq__jobs.seq = +r.seq;
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_retry_forced) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;

@@ -2,16 +2,17 @@
 -- Generated from templates/sample_activity.sql by scripts/gen-sqlite: edit the template.
 --
 -- For each queue, every closed minute after its last row in fenceq__activity
--- (the first call: only the last closed minute), at most max_minutes (1 to
--- 10,080) of them, oldest first (the rest wait for the next call); never a
--- minute older than keep. Per minute: the jobs submitted, the claims made
+-- (the first call: only the last closed minute; a minute closes 10 seconds
+-- after it ends), at most max_minutes (1 to 11,520) of them, oldest first
+-- (the rest wait for the next call); never a minute older than keep. Per
+-- minute: the jobs submitted, the claims made
 -- (retried: those that were not a job's first), the jobs completed, failed,
 -- cancelled and expired, and histograms of the wait (final claim - run_at)
 -- and run (finished_at - final claim) of the jobs completed or failed. The
 -- depth (pending, due, running) is the live count, written only on the row
 -- of the last closed minute; minutes caught up later have none. Then rows
 -- older than keep are deleted. Answers how many rows it wrote. QF104 for
--- max_minutes out of range, QF105 for a keep that is not positive.
+-- max_minutes out of range, QF105 for a keep shorter than a minute.
 --
 -- It reads one set of jobs per call: each sampled queue's pending and
 -- claimed jobs (through their partial indexes) and the jobs that finished
@@ -20,7 +21,7 @@
 -- sampled is not counted.
 --
 -- Parameters: :max_minutes INTEGER or NULL (60); :keep INTEGER
--- microseconds or NULL (8 days).
+-- microseconds or NULL (192 hours).
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
@@ -34,27 +35,31 @@ INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT substr(c.error, 1, 5), substr(c.error, 7)
   FROM (SELECT CASE
                WHEN NOT (:max_minutes IS NULL
-                         OR (typeof(:max_minutes) = 'integer' AND :max_minutes BETWEEN 1 AND 10080))
-                    THEN 'QF104 fenceq: max_minutes must be an integer from 1 to 10080'
+                         OR (typeof(:max_minutes) = 'integer' AND :max_minutes BETWEEN 1 AND 11520))
+                    THEN 'QF104 fenceq: max_minutes must be an integer from 1 to 11520'
                WHEN NOT (:keep IS NULL
                          OR (typeof(:keep) = 'integer' AND :keep > 0))
                     THEN 'QF105 fenceq: keep must be positive'
                WHEN :keep > 62135596800000000
                             + (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
                     THEN 'QF105 fenceq: keep reaches beyond years 0001-9999'
+               WHEN :keep < 60000000
+                    THEN 'QF105 fenceq: keep must be at least a minute'
                END AS error) AS c
  WHERE c.error IS NOT NULL AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- The call: its clock reading, the last closed minute, the oldest minute
--- keep keeps, and how many rows it wrote.
+-- kept (whole minutes of keep before the end of the closed ones), and how
+-- many rows it wrote.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_call (
     now INTEGER NOT NULL, last_closed INTEGER NOT NULL, oldest_kept INTEGER NOT NULL, written INTEGER);
 DELETE FROM temp.fenceq_sample_call;
 WITH clock(now) AS MATERIALIZED (
          SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
 INSERT INTO temp.fenceq_sample_call (now, last_closed, oldest_kept)
-SELECT c.now, ((c.now) - (((c.now) % 60000000) + 60000000) % 60000000) - 60000000,
-       ((c.horizon) - (((c.horizon) % 60000000) + 60000000) % 60000000)
-  FROM (SELECT clock.now, clock.now - coalesce(:keep, 691200000000) + 59999999 AS horizon FROM clock) AS c
+SELECT c.now, c.stop - 60000000, c.stop - coalesce(:keep, 691200000000) / 60000000 * 60000000
+  FROM (SELECT clock.now,
+               ((clock.now - 10000000) - (((clock.now - 10000000) % 60000000) + 60000000) % 60000000) AS stop
+          FROM clock) AS c
  WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 -- Each queue's minutes to write: first to last.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_queue (
@@ -64,9 +69,9 @@ INSERT INTO temp.fenceq_sample_queue (queue, first, last)
 SELECT s.queue, s.first, min(s.first + (coalesce(:max_minutes, 60) - 1) * 60000000, c.last_closed)
   FROM temp.fenceq_sample_call AS c
   JOIN (SELECT q.queue,
-               coalesce(max((SELECT max(a.minute) FROM fenceq__activity AS a WHERE a.queue = q.queue) + 60000000,
-                            c.oldest_kept),
-                        c.last_closed) AS first
+               max(coalesce((SELECT max(a.minute) FROM fenceq__activity AS a WHERE a.queue = q.queue) + 60000000,
+                            c.last_closed),
+                   c.oldest_kept) AS first
           FROM temp.fenceq_sample_call AS c JOIN fenceq__queues AS q) AS s
  WHERE s.first <= c.last_closed;
 CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_minute (

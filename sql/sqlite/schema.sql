@@ -434,6 +434,11 @@ CREATE TABLE IF NOT EXISTS fenceq__activity (
     run_hist  TEXT NOT NULL,
     PRIMARY KEY (queue, minute)
 ) STRICT, WITHOUT ROWID;
+-- replay_dead_letters reads a queue's open letters, oldest first, without
+-- reading the handled ones, which stay until purge removes their jobs.
+CREATE INDEX IF NOT EXISTS fenceq__dead_letters_unhandled_idx
+    ON fenceq__dead_letters (queue, failed_at)
+    WHERE replayed_at IS NULL AND discarded_at IS NULL;
 
 -- The schema version, read by version.sql.
 PRAGMA user_version = 7;

@@ -1,22 +1,26 @@
 -- fenceq for SQLite: search_jobs -- a page of jobs found through one index range, newest first.
 -- Generated from templates/search_jobs.sql by scripts/gen-sqlite: edit the template.
 --
--- The candidates come from one index, at most max_scan of them (1 to
--- 1,000,000) with seq below before_seq: with submission_prefix, the range
--- of submission ids that start with it (in id order; exact text, no
--- pattern); else with status pending or claimed, that status's jobs (the
--- backlog, newest first); else, with since or until and a terminal status
--- or error_contains, the jobs finished in [since, until) (newest finished
--- first). Any other search is QF100: none scans all history. The
--- candidates that match every filter given (queue, status, task,
--- payload_contains as cancel_matching decides it, error_contains as a
--- case-insensitive substring of last_error, since <= finished_at < until)
+-- The candidates come from one index range, at most max_scan (1 to
+-- 1,000,000) rows of it, whatever the other filters then keep (when the
+-- range holds more, the rest are not seen): with submission_prefix, the
+-- retained submission ids that start with it (in id order; exact text, no
+-- pattern), then their jobs; else with status pending or claimed, that
+-- status's jobs of the queue or of every queue (their partial index, in
+-- its order); else with a terminal status, since, until or error_contains,
+-- the jobs that finished in [since, until), the most recently finished
+-- first. Any other search is QF100: none reads all history. The candidates
+-- that match every filter given (queue, status, task, payload_contains as
+-- cancel_matching decides it, error_contains as a case-insensitive
+-- substring of last_error, since <= finished_at < until, seq < before_seq)
 -- are answered as fenceq_jobs shows them with their seq, newest (highest
 -- seq) first, at most max_rows (1 to 1,000). The next page: before_seq =
 -- the last row's seq. QF102 for a bad queue, task or prefix, QF100 for a
 -- bad status or error_contains, QF100/QF103 for payload_contains as in
--- cancel_matching, QF105 for a bad time, QF104 for before_seq, max_rows or
--- max_scan out of range.
+-- cancel_matching, QF105 for a bad time, QF104 for a before_seq that is not
+-- an integer or max_rows or max_scan out of range, QF100 for since or
+-- until with a live status (they bound when a job finished), QF101 for an
+-- undeclared queue.
 --
 -- Parameters: :queue, :status, :task TEXT or NULL; :payload_contains
 -- canonical JSON TEXT or NULL; :error_contains TEXT or NULL (1 to 1,000
@@ -83,20 +87,21 @@ SELECT sqlstate, message FROM (
                     AND substr(:until, 1, 4) <> '0000'
                     AND strftime('%Y-%m-%dT%H:%M:%S', unixepoch(substr(:until, 1, 19)), 'unixepoch')
                         = substr(:until, 1, 19)))
-    UNION ALL SELECT 11, 'QF104', 'fenceq: before_seq must be a positive integer'
-     WHERE NOT (:before_seq IS NULL
-                OR (typeof(:before_seq) = 'integer' AND :before_seq >= 1))
+    UNION ALL SELECT 11, 'QF104', 'fenceq: before_seq must be an integer'
+     WHERE NOT (:before_seq IS NULL OR typeof(:before_seq) = 'integer')
     UNION ALL SELECT 12, 'QF104', 'fenceq: max_rows must be an integer from 1 to 1000'
      WHERE NOT (:max_rows IS NULL
                 OR (typeof(:max_rows) = 'integer' AND :max_rows BETWEEN 1 AND 1000))
     UNION ALL SELECT 13, 'QF104', 'fenceq: max_scan must be an integer from 1 to 1000000'
      WHERE NOT (:max_scan IS NULL
                 OR (typeof(:max_scan) = 'integer' AND :max_scan BETWEEN 1 AND 1000000))
-    UNION ALL SELECT 14, 'QF100', 'fenceq: search needs a submission prefix, a status or a time window'
-     WHERE NOT (:submission_prefix IS NOT NULL OR coalesce(:status IN ('pending', 'claimed'), 0)
-                OR ((:since IS NOT NULL OR :until IS NOT NULL)
-                    AND (coalesce(:status IN ('completed', 'failed', 'cancelled', 'expired'), 0)
-                         OR :error_contains IS NOT NULL)))
+    UNION ALL SELECT 14, 'QF100', 'fenceq: since and until bound when a job finished: not with a live status'
+     WHERE coalesce(:status IN ('pending', 'claimed'), 0) AND (:since IS NOT NULL OR :until IS NOT NULL)
+    UNION ALL SELECT 15, 'QF100', 'fenceq: search needs a submission prefix, a status or a time window'
+     WHERE :submission_prefix IS NULL AND :status IS NULL AND :since IS NULL AND :until IS NULL
+       AND :error_contains IS NULL
+    UNION ALL SELECT 16, 'QF101', 'fenceq: unknown queue'
+     WHERE :queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM fenceq__queues AS q WHERE q.queue = :queue)
 ) ORDER BY rank LIMIT 1;
 -- The candidates (seq), from the one index range the search names.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_search (seq INTEGER PRIMARY KEY);
@@ -106,35 +111,53 @@ DELETE FROM temp.fenceq_search;
 INSERT INTO temp.fenceq_search (seq)
 SELECT j.seq
   FROM fenceq__submissions AS s JOIN fenceq__jobs AS j ON j.job_id = s.job_id
- WHERE :submission_prefix IS NOT NULL
-   AND s.submission_id >= :submission_prefix
-   AND s.submission_id < CAST(CAST(:submission_prefix AS BLOB) || x'ff' AS TEXT)
-   AND j.seq < coalesce(:before_seq, 9223372036854775807)
-   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY s.submission_id
- LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
-            ELSE 10000 END;
--- A live status: its backlog, through its partial index, newest first.
+ WHERE s.submission_id IN (
+       SELECT p.submission_id FROM fenceq__submissions AS p
+        WHERE :submission_prefix IS NOT NULL
+          AND p.submission_id >= :submission_prefix
+          AND p.submission_id < CAST(CAST(:submission_prefix AS BLOB) || x'ff' AS TEXT)
+          AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+        ORDER BY p.submission_id
+        LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+                   ELSE 10000 END);
+-- A live status: its backlog, through its partial index.
 INSERT INTO temp.fenceq_search (seq)
 SELECT j.seq
   FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
  WHERE :submission_prefix IS NULL AND :status = 'pending' AND j.status = 'pending'
-   AND (:queue IS NULL OR j.queue = :queue)
-   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND :queue IS NOT NULL AND j.queue = :queue
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.seq DESC
+ ORDER BY j.queue, j.scheduled, j.priority DESC, j.run_at, j.seq
+ LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+            ELSE 10000 END;
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
+ WHERE :submission_prefix IS NULL AND :status = 'pending' AND j.status = 'pending'
+   AND :queue IS NULL
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.queue, j.scheduled, j.priority DESC, j.run_at, j.seq
  LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
             ELSE 10000 END;
 INSERT INTO temp.fenceq_search (seq)
 SELECT j.seq
   FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_claimed_idx
  WHERE :submission_prefix IS NULL AND :status = 'claimed' AND j.status = 'claimed'
-   AND (:queue IS NULL OR j.queue = :queue)
-   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND :queue IS NOT NULL AND j.queue = :queue
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.seq DESC
+ ORDER BY j.queue, j.lease_expires_at
  LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
             ELSE 10000 END;
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_claimed_idx
+ WHERE :submission_prefix IS NULL AND :status = 'claimed' AND j.status = 'claimed'
+   AND :queue IS NULL
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY j.queue, j.lease_expires_at
+ LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
+            ELSE 10000 END;
+-- Else the jobs finished in the window, the most recently finished first.
 INSERT INTO temp.fenceq_search (seq)
 SELECT j.seq
   FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_finished_idx
@@ -144,7 +167,6 @@ SELECT j.seq
                                   + CAST(substr(:since, 21, 6) AS INTEGER)), -9223372036854775808)
    AND j.finished_at < coalesce((unixepoch(substr(:until, 1, 19)) * 1000000
                                  + CAST(substr(:until, 21, 6) AS INTEGER)), 9223372036854775807)
-   AND j.seq < coalesce(:before_seq, 9223372036854775807)
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY j.finished_at DESC
  LIMIT CASE WHEN typeof(:max_scan) = 'integer' THEN :max_scan
@@ -165,7 +187,7 @@ SELECT * FROM (
            v.active_key, v.dlq_id, v.created_at, v.finished_at, v.concurrency_key, v.blocked_by, v.progress,
            v.progress_at, t.seq
       FROM temp.fenceq_search AS c
-      JOIN fenceq__jobs AS t ON t.seq = c.seq
+     CROSS JOIN fenceq__jobs AS t ON t.seq = c.seq
       JOIN fenceq_jobs AS v ON v.job_id = t.job_id
      WHERE (:queue IS NULL OR t.queue = :queue)
        AND (:status IS NULL OR t.status = :status)
@@ -185,6 +207,7 @@ SELECT * FROM (
                                                 + CAST(substr(:since, 21, 6) AS INTEGER)))
        AND (:until IS NULL OR t.finished_at < (unixepoch(substr(:until, 1, 19)) * 1000000
                                                + CAST(substr(:until, 21, 6) AS INTEGER)))
+       AND (:before_seq IS NULL OR t.seq < :before_seq)
      ORDER BY t.seq DESC
      LIMIT CASE WHEN typeof(:max_rows) = 'integer' THEN :max_rows
                 ELSE 50 END)

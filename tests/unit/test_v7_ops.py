@@ -19,18 +19,21 @@ WINDOW = {"since": NOW - timedelta(hours=1)}
 
 @pytest.mark.parametrize("build, sqlstate", [
     (lambda: ops.sample_activity(max_minutes=0), "QF104"),
-    (lambda: ops.sample_activity(max_minutes=10_081), "QF104"),
+    (lambda: ops.sample_activity(max_minutes=11_521), "QF104"),
     (lambda: ops.sample_activity(max_minutes=True), "QF104"),
     (lambda: ops.sample_activity(keep=timedelta(0)), "QF105"),
     (lambda: ops.sample_activity(keep=3600), "QF105"),
+    (lambda: ops.sample_activity(keep=timedelta(seconds=59)), "QF105"),
     # activity: the queue, then since, then the bucket rules.
     (lambda: ops.activity(""), "QF102"),
     (lambda: ops.activity(None, None), "QF100"),
     (lambda: ops.activity(None, timedelta(0)), "QF105"),
-    (lambda: ops.activity(None, timedelta(days=8, minutes=1)), "QF104"),
+    (lambda: ops.activity(None, timedelta(hours=192, minutes=1)), "QF104"),
+    (lambda: ops.activity(None, timedelta(hours=193), timedelta(hours=1)), "QF104"),   # with a bucket too
     (lambda: ops.activity(None, timedelta(hours=1), timedelta(0)), "QF105"),
     (lambda: ops.activity(None, timedelta(hours=1), timedelta(seconds=90)), "QF104"),
     (lambda: ops.activity(None, timedelta(days=7, minutes=1), timedelta(minutes=1)), "QF104"),
+    (lambda: ops.activity(None, timedelta(days=7, seconds=30), timedelta(minutes=1)), "QF104"),   # ceil: 10,081
     # search_jobs: each argument, then the bounding filter.
     (lambda: ops.search_jobs(queue="", status="pending"), "QF102"),
     (lambda: ops.search_jobs(status="done"), "QF100"),
@@ -41,26 +44,28 @@ WINDOW = {"since": NOW - timedelta(hours=1)}
     (lambda: ops.search_jobs(status="pending", error_contains="e" * 1001), "QF100"),
     (lambda: ops.search_jobs(submission_prefix="s" * 256), "QF102"),
     (lambda: ops.search_jobs(status="failed", since=datetime(2026, 1, 1)), "QF105"),
-    (lambda: ops.search_jobs(status="pending", before_seq=0), "QF104"),
+    (lambda: ops.search_jobs(status="pending", before_seq=1.5), "QF104"),
     (lambda: ops.search_jobs(status="pending", max_rows=0), "QF104"),
     (lambda: ops.search_jobs(status="pending", max_rows=1001), "QF104"),
     (lambda: ops.search_jobs(status="pending", max_scan=0), "QF104"),
     (lambda: ops.search_jobs(status="pending", max_scan=1_000_001), "QF104"),
     (lambda: ops.search_jobs(), "QF100"),
     (lambda: ops.search_jobs(queue="q", task="t", payload_contains={"a": 1}), "QF100"),
-    (lambda: ops.search_jobs(status="failed"), "QF100"),                  # a terminal status needs a window
-    (lambda: ops.search_jobs(error_contains="boom"), "QF100"),            # so does error_contains
+    (lambda: ops.search_jobs(status="pending", since=NOW), "QF100"),     # a window bounds finished jobs
+    (lambda: ops.search_jobs(status="claimed", until=NOW), "QF100"),
     # Bulk actions: the queue, the selection and filters, max_rows, then "some filter".
     (lambda: ops.retry_jobs("", task="t"), "QF102"),
     (lambda: ops.retry_jobs("q", job_ids="j1"), "QF100"),
     (lambda: ops.retry_jobs("q", job_ids=[]), "QF100"),
-    (lambda: ops.retry_jobs("q", job_ids=["j" * 37]), "QF102"),
+    (lambda: ops.retry_jobs("q", job_ids=["j" * 256]), "QF102"),
+    (lambda: ops.retry_jobs("q", job_ids=["j"] * 10_001), "QF100"),
     (lambda: ops.retry_jobs("q", task="t", max_rows=0), "QF104"),
     (lambda: ops.retry_jobs("q", task="t", max_rows=100_001), "QF104"),
     (lambda: ops.retry_jobs("q"), "QF100"),
     (lambda: ops.retry_jobs("q", max_rows=0), "QF104"),
     (lambda: ops.cancel_jobs("q"), "QF100"),
     (lambda: ops.cancel_jobs("q", task="t", force=True), "QF100"),
+    (lambda: ops.cancel_jobs("q", task="t", force=True, max_rows=0), "QF104"),   # the flags come last
     (lambda: ops.cancel_jobs("q", task="t", include_claimed=1), "QF100"),
     (lambda: ops.cancel_jobs("q", payload_contains=5), "QF100"),
     (lambda: ops.replay_dead_letters("q"), "QF100"),
@@ -74,9 +79,9 @@ def test_malformed_input_is_refused_with_the_sql_code(build, sqlstate):
 
 
 @pytest.mark.parametrize("since, bucket", [
-    (timedelta(minutes=1), None), (timedelta(hours=2), None), (timedelta(days=8), None),
-    (timedelta(days=7), timedelta(minutes=1)), (timedelta(days=30), timedelta(hours=1)),
-    (timedelta(minutes=90), timedelta(minutes=15)),
+    (timedelta(minutes=1), None), (timedelta(hours=2), None), (timedelta(hours=192), None),
+    (timedelta(days=7), timedelta(minutes=1)), (timedelta(hours=192), timedelta(hours=1)),
+    (timedelta(minutes=90), timedelta(minutes=15)), (timedelta(minutes=10_080, seconds=30), timedelta(minutes=2)),
 ])
 def test_the_bucket_rules_let_these_through(since, bucket):
     op = ops.activity(None, since, bucket)
@@ -85,8 +90,9 @@ def test_the_bucket_rules_let_these_through(since, bucket):
 
 
 @pytest.mark.parametrize("filters", [
-    {"submission_prefix": "tenant-7/"}, {"status": "pending"}, {"status": "claimed"},
-    {"status": "failed", **WINDOW}, {"status": "expired", "until": NOW}, {"error_contains": "timeout", **WINDOW},
+    {"submission_prefix": "tenant-7/"}, {"status": "pending"}, {"status": "claimed"}, {"status": "failed"},
+    {"status": "failed", **WINDOW}, {"status": "expired", "until": NOW}, {"error_contains": "timeout"},
+    WINDOW, {"submission_prefix": "p", **WINDOW},
 ])
 def test_each_bounding_filter_lets_a_search_through(filters):
     op = ops.search_jobs(**filters)

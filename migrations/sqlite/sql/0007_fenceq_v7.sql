@@ -2,7 +2,8 @@
 --
 -- Why: see 0007_fenceq_v7.py. The operator's view over time
 -- (docs/design-v7.md): the per-queue, per-minute series that
--- sample_activity fills is created empty, and the schema version moves to
+-- sample_activity fills is created empty, dead letters gain a partial index
+-- of the open ones (replay_dead_letters), and the schema version moves to
 -- 7. No existing table or index changes.
 
 -- The operator's view over time (version 7, docs/design-v7.md §1): one row
@@ -31,6 +32,11 @@ CREATE TABLE IF NOT EXISTS fenceq__activity (
     run_hist  TEXT NOT NULL,
     PRIMARY KEY (queue, minute)
 ) STRICT, WITHOUT ROWID;
+-- replay_dead_letters reads a queue's open letters, oldest first, without
+-- reading the handled ones, which stay until purge removes their jobs.
+CREATE INDEX IF NOT EXISTS fenceq__dead_letters_unhandled_idx
+    ON fenceq__dead_letters (queue, failed_at)
+    WHERE replayed_at IS NULL AND discarded_at IS NULL;
 
 -- The schema version, read by version.sql.
 PRAGMA user_version = 7;

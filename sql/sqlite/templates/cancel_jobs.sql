@@ -9,13 +9,11 @@
 -- (first submitted) first, at most max_rows (1 to 100,000). Each job
 -- changed gets the event a cancel writes (cancelled with reason cancel or
 -- force, or cancel_requested), whatever the queue's history setting, its
--- detail adding {"action", "by", "filter"}; dependents cancelled with
--- their job write theirs as history says. Answers how many jobs changed.
--- Bad input changes nothing: QF102 for a bad queue, job id or task, QF100
--- for job_ids that are not a non-empty array, a non-boolean flag, force
--- without include_claimed or a call with neither job_ids nor a filter,
--- QF100/QF103 for payload_contains as in cancel_matching, QF104 for
--- max_rows out of range, QF101 for an undeclared queue.
+-- detail adding {"action", "by", "filter"} (the arguments given, job_ids
+-- as their number); dependents cancelled with their job write theirs as
+-- history says. Answers how many jobs changed. Bad input changes nothing,
+-- checked as retry_jobs checks it, then QF100 for a non-boolean flag or
+-- force without include_claimed.
 --
 -- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
 -- or NULL; :payload_contains canonical JSON TEXT or NULL;
@@ -24,13 +22,18 @@
 -- Result: one row (sqlstate, message, detail, value INTEGER).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
--- Differs from PostgreSQL as cancel_matching does, and an event's by is
--- null (SQLite has no users).
+-- Differs from PostgreSQL in that no fenceq_control notification is sent
+-- (workers see the request through claim_state); BEGIN IMMEDIATE holds the
+-- whole file, so no job changes between the choice and the write; an
+-- event's by is null (SQLite has no users); payload_contains may not hold
+-- an object or array inside an array (QF100); and a NULL flag or max_rows
+-- takes its default (PostgreSQL refuses a NULL flag).
 {{error_table}}
 {{cancel_scratch}}
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
-    {{bulk_checks(cancel_jobs, :task IS NOT NULL OR :payload_contains IS NOT NULL, {{cancel_flag_checks(9, 9)}})}}
+    {{bulk_checks(cancel_jobs, :task IS NOT NULL OR :payload_contains IS NOT NULL, )}}
+    {{cancel_flag_checks(13, 14)}}
 ) ORDER BY rank LIMIT 1;
 WITH {{clock}}
 INSERT INTO temp.fenceq_cancel (seq, answer, now)
@@ -47,9 +50,8 @@ SELECT m.seq, {{cancel_answer(m, coalesce(:force, 0))}}, clock.now
 -- The events, while the jobs are as they were.
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, c.answer, {{claim_of(j)}},
-       json_patch(json_object('action', 'cancel_jobs', 'by', NULL,
-                              'filter', {{given(json_object('payload_contains', json(:payload_contains),
-                                                            'task', :task))}}),
+       json_patch(json_object('action', 'cancel_jobs', 'by', NULL, 'filter',
+                              {{cancel_filter}}),
                   {{cancel_detail(c, j)}}),
        c.now
   FROM temp.fenceq_cancel AS c JOIN fenceq__jobs AS j ON j.seq = c.seq

@@ -77,6 +77,13 @@ CASE WHEN $row.backoff_base <= 0 THEN 0
 -- (floor division, so that times before 1970 round down too).
 (($micros) - ((($micros) % $width) + $width) % $width)
 
+-- macro: activity_end(now)
+-- Where the closed minutes end at the clock reading $now (the start of the
+-- first minute not yet closed): a minute closes 10 seconds after it ends,
+-- so that a transition stamped in it and committed a moment later is in
+-- it when it is sampled (docs/design-v7.md).
+{{floor_to($now - 10000000, 60000000)}}
+
 -- macro: duration_bucket(micros)
 -- The histogram bucket of a duration of $micros microseconds (version 7,
 -- docs/design-v7.md §1): floor(4 * log2(max(milliseconds, 1))), at most 127
@@ -301,18 +308,34 @@ UNION ALL SELECT $nested, 'QF100', 'fenceq: on SQLite payload_contains may not h
 
 -- Search and bulk actions (version 7, docs/design-v7.md §3-§4) ---------------
 
--- macro: backlog_candidates(status, index)
--- search_jobs: the candidates of a search of the live status $status, its
--- jobs through their partial index $index (the backlog), newest first.
+-- macro: backlog_candidates(status, index, order)
+-- search_jobs: the candidates of a search of the live status $status: its
+-- jobs, of the queue or of every queue, in the order $order of their
+-- partial index $index (the backlog), at most :max_scan of them.
 INSERT INTO temp.fenceq_search (seq)
 SELECT j.seq
   FROM fenceq__jobs AS j INDEXED BY $index
  WHERE :submission_prefix IS NULL AND :status = $status AND j.status = $status
-   AND (:queue IS NULL OR j.queue = :queue)
-   AND j.seq < coalesce(:before_seq, 9223372036854775807)
+   AND :queue IS NOT NULL AND j.queue = :queue
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.seq DESC
+ ORDER BY $order
  LIMIT {{row_limit(:max_scan, 10000)}};
+INSERT INTO temp.fenceq_search (seq)
+SELECT j.seq
+  FROM fenceq__jobs AS j INDEXED BY $index
+ WHERE :submission_prefix IS NULL AND :status = $status AND j.status = $status
+   AND :queue IS NULL
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+ ORDER BY $order
+ LIMIT {{row_limit(:max_scan, 10000)}};
+
+-- macro: pending_order
+-- The order of fenceq__jobs_pending_idx (job j).
+j.queue, j.scheduled, j.priority DESC, j.run_at, j.seq
+
+-- macro: claimed_order
+-- The order of fenceq__jobs_claimed_idx (job j).
+j.queue, j.lease_expires_at
 
 -- macro: error_contains(job)
 -- Whether :error_contains (when given) is a substring of the last_error of
@@ -324,26 +347,27 @@ SELECT j.seq
 -- or there is none.
 (:job_ids IS NULL OR $job.job_id IN (SELECT e.value FROM json_each({{as_json_array(:job_ids)}}) AS e))
 
--- macro: bulk_checks(action, filters, flags)
--- The checks of a bulk action, as a ranked UNION ALL: the queue (QF102),
--- the selection :job_ids (QF100 unless a non-empty JSON array, QF102 for an
--- element that is not a job id), :task (QF102), :payload_contains (as
--- cancel_matching), the checks $flags (branches ranked 9), :max_rows (1 to
--- 100,000, QF104), then QF100 when neither job_ids nor one of $filters (a
--- condition) is given, and QF101 for an undeclared queue.
+-- macro: bulk_checks(action, filters, error_check)
+-- The checks of a bulk action, as a ranked UNION ALL, in PostgreSQL's
+-- order: the queue (QF102), the selection :job_ids (QF100 unless a JSON
+-- array of 1 to 10,000 elements, QF102 for an element that is not a string
+-- of 1 to 255 characters), :task (QF102), :payload_contains (as
+-- cancel_matching), $error_check (rank 9), :max_rows (1 to 100,000, QF104),
+-- then QF100 when neither job_ids nor one of $filters (a condition) is
+-- given, and QF101 for an undeclared queue (rank 12).
 SELECT 1 AS rank, 'QF102' AS sqlstate, 'fenceq: queue must be 1 to 255 characters' AS message
  WHERE NOT {{identifier(:queue, 255)}}
-UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be a non-empty array of job ids'
+UNION ALL SELECT 2, 'QF100', 'fenceq: job_ids must be an array of 1 to 10000 elements'
  WHERE :job_ids IS NOT NULL
-   AND NOT coalesce(json_array_length({{as_json_array(:job_ids)}}) > 0, 0)
-UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold job ids of 1 to 36 characters'
+   AND NOT coalesce(json_array_length({{as_json_array(:job_ids)}}) BETWEEN 1 AND 10000, 0)
+UNION ALL SELECT 3, 'QF102', 'fenceq: job_ids must hold strings of 1 to 255 characters'
  WHERE EXISTS (SELECT 1
                  FROM json_each({{as_json_array(:job_ids)}}) AS e
-                WHERE NOT (e.type = 'text' AND {{identifier(e.value, 36)}}))
+                WHERE NOT (e.type = 'text' AND {{identifier(e.value, 255)}}))
 UNION ALL SELECT 4, 'QF102', 'fenceq: task must be 1 to 255 characters'
  WHERE NOT (:task IS NULL OR {{identifier(:task, 255)}})
 {{payload_contains_checks(:payload_contains, 5, 6, 7, 8)}}
-$flags
+$error_check
 UNION ALL SELECT 10, 'QF104', 'fenceq: max_rows must be an integer from 1 to 100000'
  WHERE NOT {{optional_integer(:max_rows, BETWEEN 1 AND 100000)}}
 UNION ALL SELECT 11, 'QF100', 'fenceq: $action needs job_ids or a filter'
@@ -369,10 +393,22 @@ UNION ALL SELECT $force_alone, 'QF100', 'fenceq: force applies to claimed jobs: 
 
 -- macro: failure_filter
 -- The filter an event of retry_jobs or replay_dead_letters records: the
--- filters given (the arguments that are not NULL).
-{{given(json_object('error_contains', :error_contains,
-                    'payload_contains', json(:payload_contains),
-                    'task', :task))}}
+-- arguments given (not NULL), job_ids as their number.
+{{given(json_object(
+    'error_contains', :error_contains,
+    'job_ids', json_array_length(:job_ids),
+    'payload_contains', json(:payload_contains),
+    'task', :task))}}
+
+-- macro: cancel_filter
+-- The filter an event of cancel_jobs records: the arguments given (not
+-- NULL), job_ids as their number, the flags as booleans.
+{{given(json_object(
+    'force', json(iif(coalesce(:force, 0), 'true', 'false')),
+    'include_claimed', json(iif(coalesce(:include_claimed, 0), 'true', 'false')),
+    'job_ids', json_array_length(:job_ids),
+    'payload_contains', json(:payload_contains),
+    'task', :task))}}
 
 -- macro: given(object)
 -- The JSON object $object without its null members: the filter an event

@@ -4,15 +4,17 @@
 -- still ahead, not waiting on dependencies) among the selection job_ids
 -- (when given) that match every filter given (task, payload_contains as
 -- cancel_matching decides it, error_contains as a case-insensitive
--- substring of last_error) become due now; oldest (first submitted) first,
--- at most max_rows (1 to 100,000). A job id not in the queue is ignored.
+-- substring of last_error) become due now; soonest due first, at most
+-- max_rows (1 to 100,000). A job id not in the queue is ignored.
 -- Each job changed gets the event retry_forced, whatever the queue's
--- history setting, with detail {"action", "by", "filter"}. Answers how
--- many jobs changed. Bad input changes nothing: QF102 for a bad queue,
--- job id or task, QF100 for job_ids that are not a non-empty array, a bad
--- error_contains or a call with neither job_ids nor a filter, QF100/QF103
--- for payload_contains as in cancel_matching, QF104 for max_rows out of
--- range, QF101 for an undeclared queue.
+-- history setting, with detail {"action", "by", "filter"} (the arguments
+-- given, job_ids as their number). Answers how many jobs changed. Bad
+-- input changes nothing: QF102 for a bad queue or task or a job id that
+-- is not 1 to 255 characters, QF100 for job_ids that are not an array of
+-- 1 to 10,000 elements, a bad error_contains or a call with neither
+-- job_ids nor a filter, QF100/QF103 for payload_contains as in
+-- cancel_matching, QF104 for max_rows out of range, QF101 for an
+-- undeclared queue.
 --
 -- Parameters: :queue TEXT; :job_ids JSON array TEXT or NULL; :task TEXT
 -- or NULL; :payload_contains canonical JSON TEXT or NULL; :error_contains
@@ -44,7 +46,7 @@ SELECT j.seq, clock.now
    AND {{payload_contains(j, :payload_contains)}}
    AND {{error_contains(j)}}
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
- ORDER BY j.seq
+ ORDER BY j.run_at, j.job_id
  LIMIT {{row_limit(:max_rows, 1000)}};
 INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, at)
 SELECT j.job_id, j.queue, 'retry_forced', NULL, NULL,
@@ -52,9 +54,10 @@ SELECT j.job_id, j.queue, 'retry_forced', NULL, NULL,
                    'filter', {{failure_filter}}),
        r.now
   FROM temp.fenceq_retry_forced AS r JOIN fenceq__jobs AS j ON j.seq = r.seq;
+-- Each job by its rowid (+r.seq: never a scan of the jobs for the scratch rows).
 UPDATE fenceq__jobs SET run_at = r.now, scheduled = 0
   FROM temp.fenceq_retry_forced AS r
- WHERE fenceq__jobs.seq = r.seq;
+ WHERE fenceq__jobs.seq = +r.seq;
 SELECT e.sqlstate, e.message, e.detail,
        CASE WHEN e.sqlstate IS NULL THEN (SELECT count(*) FROM temp.fenceq_retry_forced) END AS value
   FROM (SELECT 1) LEFT JOIN temp.fenceq_error AS e;
