@@ -410,3 +410,19 @@ def test_a_schema_before_version_7_shows_no_activity_or_search(sqlite_db):
     web = WebClient(Dashboard(sqlite_db.url))
     assert 'href="/activity"' not in page(web, "/queues") and 'href="/search"' not in page(web, "/queues")
     assert "schema version 7" in page(web, "/activity", 404) and "schema version 7" in page(web, "/search", 404)
+
+
+def test_stats_since_prints_a_line_per_bucket(db, client, capsys):
+    client.create_queue("work")
+    record_activity(db.url, "work", [dict(submitted=3, completed=3, wait={40: 3}, run={0: 3})])
+    assert main(["stats", "--url", db.url, "--since", "10m", "--queue", "work"]) == 0
+    header, rule, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["bucket_start", "submitted", "claimed", "retried", "completed", "failed", "cancelled",
+                              "expired", "pending", "due", "running", "wait_p50", "wait_p95", "run_p50", "run_p95"]
+    assert len(rows) == 10
+    busy = [row.split() for row in rows if row.split()[2] == "3"]
+    assert len(busy) == 1 and busy[0][-8:] == ["1.12", "s", "1.12", "s", "1.09", "ms", "1.09", "ms"]
+    assert main(["stats", "--url", db.url, "--bucket", "5m"]) == 2
+    assert "--bucket needs --since" in capsys.readouterr().err
+    assert main(["stats", "--url", db.url, "--since", "1h", "--queue", "nope"]) == 2
+    assert "unknown_queue" in capsys.readouterr().err
