@@ -747,7 +747,8 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     dashboard.add_argument("--port", type=port, default=8080, help="port (default 8080; 0: any free one)")
     dashboard.add_argument("--allow-actions", action="store_true",
-                           help="offer replay, discard, cancel, pause and resume (needs fenceq_admin)")
+                           help="offer replay, discard, cancel, pause and resume, and bulk retry, cancel and "
+                           "replay from the search (needs fenceq_admin)")
     dashboard.add_argument("--read-url", help="read the pages from this server (a standby), shown with how far "
                            "behind it is; actions still write through --url")
 
