@@ -455,3 +455,17 @@ async def test_heartbeats_are_batched_across_in_flight_jobs(db, work_queue, acli
             job = await wait_status(aclient, job_id, "completed")
             assert job.generation == 1
     assert calls[:2] == [("heartbeat_batch", 3)] * 2, calls
+
+
+async def test_maintenance_samples_the_queues_activity(db, work_queue, aclient):
+    """The charts' series (docs/observability.md) fills itself where a
+    worker reaps: its maintenance calls sample_activity, which writes the
+    last closed minute with the queue's depth."""
+    async def sampled():
+        buckets = await aclient.activity(queue=work_queue, since=timedelta(minutes=5))
+        return any(bucket.pending is not None for bucket in buckets)
+
+    assert not await sampled()
+    worker = Worker(tasks_app, url=db.url, queues=[work_queue], **FAST)
+    async with running(worker):
+        await async_wait_for(sampled, what="the worker's maintenance samples activity")

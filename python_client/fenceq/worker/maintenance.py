@@ -1,7 +1,8 @@
 """The maintenance duty: ``reap`` every ``reap_interval`` (with jitter), then
 ``tick`` (the jobs of due schedules, in a transaction of its own so that a
-refused tick never undoes or stops reaping), and ``purge`` every
-``purge_interval`` when a retention is set. Each round runs
+refused tick never undoes or stops reaping), ``sample_activity`` at most
+once a minute (the operator's charts, on a schema of version 7 or later),
+and ``purge`` every ``purge_interval`` when a retention is set. Each round runs
 as the fleet's only holder of the duty (``AsyncBackend.exclusive``), on a
 backend of its own; a round that finds the duty held elsewhere is skipped.
 """
@@ -23,6 +24,10 @@ from .state import WorkerState
 
 DUTY = "maintenance"
 PURGE_ROWS = 10_000
+# sample_activity writes each closed minute once, whoever calls it: more
+# often would only find nothing new.
+SAMPLE_INTERVAL = 60.0
+SAMPLED_FROM_VERSION = 7
 
 
 class Maintenance:
@@ -31,7 +36,9 @@ class Maintenance:
         self._open_backend = open_backend
         self._backend: AsyncBackend | None = None
         self._last_purge: float | None = None
+        self._last_sample: float | None = None
         self._ticking = True
+        self._sampling: bool | None = None  # known once the schema's version is read
 
     async def run(self) -> None:
         state, clock = self._state, self._state.clock
@@ -71,6 +78,9 @@ class Maintenance:
             full = self._reaped(await AsyncClient(holder).reap(max_rows=MAX_BATCH))
         if self._ticking:
             await self._tick()
+        if self._sampling is not False and (
+                self._last_sample is None or clock.monotonic() - self._last_sample >= SAMPLE_INTERVAL):
+            await self._sample()
         purge_due = settings.purge_after is not None and (
             self._last_purge is None or clock.monotonic() - self._last_purge >= settings.purge_interval)
         if purge_due:
@@ -101,6 +111,26 @@ class Maintenance:
             return
         if jobs:
             self._state.events.emit("ticked", "tick submitted the jobs of due schedules", jobs=jobs)
+
+    async def _sample(self) -> None:
+        assert self._backend is not None
+        async with self._backend.exclusive(DUTY) as holder:
+            if holder is None:
+                return
+            client = AsyncClient(holder)
+            if self._sampling is None:
+                version = await client.version()
+                self._sampling = (version or "0").isdigit() and int(version) >= SAMPLED_FROM_VERSION
+                if not self._sampling:
+                    return
+            try:
+                await client.sample_activity()
+            except ConfigError as error:
+                self._sampling = False
+                self._state.events.emit("sample_disabled", f"sample_activity refused ({error.reason}); this "
+                                        "worker stops sampling the queues' activity", level=logging.ERROR)
+                return
+        self._last_sample = self._state.clock.monotonic()
 
     async def _purge(self, client: Any) -> None:
         """``client`` is an AsyncClient (its methods are typed as the sync client's)."""
