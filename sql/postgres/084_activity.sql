@@ -284,7 +284,9 @@ COMMENT ON FUNCTION fenceq.sample_activity(integer, interval) IS
 -- no row was written. Counts are sums; the depth is each queue's last
 -- sample in the bucket, summed over queues (NULL when none); the
 -- percentiles are read from the merged histograms (NULL when empty).
--- QF101 for an unknown queue. Read-only.
+-- QF101 for an unknown queue.
+-- Locking: none; it reads _activity under the statement's snapshot and
+-- writes nothing.
 CREATE OR REPLACE FUNCTION fenceq.activity(queue text DEFAULT NULL, since interval DEFAULT '1 hour',
                                            bucket interval DEFAULT NULL)
 RETURNS TABLE(bucket_start timestamptz, submitted bigint, claimed bigint, retried bigint, completed bigint,

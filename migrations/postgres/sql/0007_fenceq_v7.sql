@@ -384,7 +384,9 @@ COMMENT ON FUNCTION fenceq.sample_activity(integer, interval) IS
 -- no row was written. Counts are sums; the depth is each queue's last
 -- sample in the bucket, summed over queues (NULL when none); the
 -- percentiles are read from the merged histograms (NULL when empty).
--- QF101 for an unknown queue. Read-only.
+-- QF101 for an unknown queue.
+-- Locking: none; it reads _activity under the statement's snapshot and
+-- writes nothing.
 CREATE OR REPLACE FUNCTION fenceq.activity(queue text DEFAULT NULL, since interval DEFAULT '1 hour',
                                            bucket interval DEFAULT NULL)
 RETURNS TABLE(bucket_start timestamptz, submitted bigint, claimed bigint, retried bigint, completed bigint,
@@ -501,7 +503,8 @@ COMMENT ON FUNCTION fenceq.activity(text, interval, interval) IS
 -- payload_contains is jsonb containment (@>) as cancel_matching uses it,
 -- with its checks; error_contains (1 to 1,000 characters) a case-
 -- insensitive substring of last_error, taken literally. QF101 for an
--- unknown queue.
+-- unknown queue. No row: nothing matched in what was read.
+-- Locking: none; it reads under the statement's snapshot and writes nothing.
 CREATE OR REPLACE FUNCTION fenceq.search_jobs(
     queue text DEFAULT NULL, status text DEFAULT NULL, task text DEFAULT NULL,
     payload_contains jsonb DEFAULT NULL, error_contains text DEFAULT NULL, submission_prefix text DEFAULT NULL,
@@ -731,6 +734,8 @@ COMMENT ON FUNCTION fenceq._check_bulk(text, text[], text, jsonb, text, integer)
 -- Locking: the chosen jobs' rows in job id order, then the clock: a job
 -- that fell due or changed meanwhile is left alone and not counted.
 -- Without job ids it reads the queue's jobs due later (_jobs_later_idx).
+-- Again: a job it made due waits no more, so a second call changes none
+-- of them; more than max_rows match: call it until it answers 0.
 CREATE OR REPLACE FUNCTION fenceq.retry_jobs(
     queue text, job_ids text[] DEFAULT NULL, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
     error_contains text DEFAULT NULL, max_rows integer DEFAULT 1000)
@@ -806,6 +811,8 @@ COMMENT ON FUNCTION fenceq.retry_jobs(text, text[], text, jsonb, text, integer) 
 -- (cancel_matching stays as it is.)
 -- Locking: the chosen jobs' rows in job id order (cancel_matching's), judged
 -- again once locked; it waits for a row another call holds.
+-- Again: a cancelled job, or a claimed one whose cancel is requested
+-- (without force), no longer matches; call it until it answers 0.
 CREATE OR REPLACE FUNCTION fenceq.cancel_jobs(
     queue text, job_ids text[] DEFAULT NULL, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
     include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 1000)
@@ -896,6 +903,8 @@ COMMENT ON FUNCTION fenceq.cancel_jobs(text, text[], text, jsonb, boolean, boole
 -- their jobs' active keys (all at once, in _lock_identities' order), then
 -- each job's row: replay_dead_letter's order. Without job ids it reads the
 -- queue's unhandled letters (_dead_letters_unhandled_idx).
+-- Again: a replayed letter is handled, so a second call replays it no more;
+-- call it until it answers 0.
 CREATE OR REPLACE FUNCTION fenceq.replay_dead_letters(
     queue text, job_ids text[] DEFAULT NULL, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
     error_contains text DEFAULT NULL, max_rows integer DEFAULT 1000)
