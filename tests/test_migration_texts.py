@@ -37,6 +37,8 @@ RELEASED = {
     "migrations/postgres/sql/0006_fenceq_v6.sql": "d4a3e02a08ab45af64925565c3c38336c9f5cb3fc0cb704e68ce739f9f5edc10",
     "migrations/sqlite/0006_fenceq_v6.py": "3479ef1143a045c7701682814fc38efe7d346ec2a538a908f5678809c35e5d3f",
     "migrations/sqlite/sql/0006_fenceq_v6.sql": "a452e723851c6c32ae96c955b6d6eeca25e035e3e63751f19828fa90b922abc4",
+    "migrations/postgres/0007_fenceq_v7.py": "f08060fa9c9e21bdd1861c6651aed85a9604aa960b45d8a8d01d725e0c11fca5",
+    "migrations/postgres/sql/0007_fenceq_v7.sql": "6228a858eb0c9b6659ba65ec4f0b9686919bf3317c3e6e0f45006577c6fd5721",
 }
 
 V1_COMMIT = "8e56bfc"

@@ -139,11 +139,13 @@ def test_the_first_call_writes_the_last_closed_minute_with_depth_and_a_second_ca
 def test_a_catch_up_goes_oldest_first_within_max_minutes_and_keep(pg):
     with pg.connect() as client:
         client.create_queue("q")
+        client.create_queue("new")
     end = closed_minute(pg) + timedelta(minutes=1)
     seed_row(pg, "q", end - timedelta(minutes=10))
-    assert sample(pg, max_minutes=3) == 3
+    assert sample(pg, max_minutes=3) == 3 + 1, "and the new queue's last closed minute"
     minutes = [r["minute"] for r in rows(pg, "q")]
     assert minutes == [end - timedelta(minutes=k) for k in (10, 9, 8, 7)]
+    assert [r["minute"] for r in rows(pg, "new")] in ([end - timedelta(minutes=1)], [end])
     assert all(r["pending"] is None for r in rows(pg, "q")), "not the last closed minute: no depth"
     assert sample(pg) >= 6
     written = rows(pg, "q")

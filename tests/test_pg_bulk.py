@@ -14,6 +14,7 @@ import pytest
 
 import fenceq
 from helpers import claim, payloads_until_barrier
+from test_pg_plans import _nested_plans
 from test_pg_roles import login  # noqa: F401 - the fixture
 
 
@@ -203,3 +204,30 @@ def test_bulk_actions_refuse_bad_input_before_changing_anything(pg, name, args, 
     with pg.connect() as client:
         assert client.get_job(job).status == "pending"
     assert pg.sql("SELECT count(*) FROM fenceq._events")[0][0] == 0
+
+
+@pytest.mark.parametrize("statement, index", [
+    ("SELECT fenceq.retry_jobs('q', task => 'later')", "_jobs_later_idx"),
+    ("SELECT fenceq.cancel_jobs('q', task => 'nothing', include_claimed => true)", "_jobs_pending_idx"),
+    ("SELECT fenceq.replay_dead_letters('q', task => 'nothing')", "_dead_letters_unhandled_idx")])
+def test_a_filter_reads_its_queues_index_not_the_history(pg, statement, index):
+    """Planned while the tables were empty, run once they hold a history
+    of finished jobs and handled letters: the filter's index range, never
+    a scan of a whole table."""
+    with pg.connect() as client:
+        client.create_queue("q", max_attempts=1)
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        for table in ("_jobs", "_dead_letters"):
+            admin.execute(f"VACUUM ANALYZE fenceq.{table}")
+    with psycopg.connect(pg.url, autocommit=True) as session:
+        for _ in range(6):
+            session.execute(statement).fetchall()
+        with pg.connect() as client:
+            client.submit_batch("q", [{"task": "t"} for _ in range(2000)])
+            for c in client.claim_batch(["q"], "w", [fenceq.new_claim_token() for _ in range(2000)]):
+                client.fail(c.fence, "boom", retry=False)
+        pg.sql("UPDATE fenceq._dead_letters SET discarded_at = clock_timestamp()")
+        plans = _nested_plans(session, statement)
+    assert index in plans, plans
+    for table in ("_jobs", "_dead_letters"):
+        assert f"Seq Scan on {table}" not in plans, plans

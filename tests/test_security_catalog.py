@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import fenceq
+from fenceq.ops import Arg, Op, Shape
 from security_catalog import OWNERS, golden, privileges
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -293,6 +294,11 @@ def _shape(value: Any) -> Any:
     return type(value).__name__
 
 
+def sql(client: fenceq.Client, name: str, shape: Shape, *args: tuple[str, str, Any]) -> Any:
+    """A fenceq function called in SQL through a client's connection."""
+    return client._backend.run(Op(name, tuple(Arg(*arg) for arg in args), shape))
+
+
 def _scenario(admin: fenceq.Client, worker: fenceq.Client, producer: fenceq.Client, q: str,
               reader: fenceq.Client) -> list:
     """Every public function, once or more, with answers that do not depend
@@ -338,6 +344,18 @@ def _scenario(admin: fenceq.Client, worker: fenceq.Client, producer: fenceq.Clie
     run(lambda: letters)
     run(lambda: admin.replay_dead_letter(letters[0].dlq_id) is not None)
     run(lambda: admin.discard_dead_letter(letters[0].dlq_id))
+    # Version 7's calls (guarantees §21), made as a driver in another
+    # language would make them: SQL with named arguments.
+    run(lambda: len(sql(reader, "search_jobs", Shape.ROWS, ("queue", "text", q), ("status", "text", "pending"))))
+    unordered = lambda rows: [{k: v for k, v in row.items() if k != "seq"} for row in rows]  # noqa: E731
+    run(lambda: unordered(sql(reader, "search_jobs", Shape.ROWS, ("submission_prefix", "text", f"{q}-s"))))
+    run(lambda: unordered(sql(reader, "search_jobs", Shape.ROWS, ("queue", "text", q), ("status", "text", "pending"),
+                              ("error_contains", "text", "BOOM"))))  # the job replayed above
+    run(lambda: len(sql(reader, "activity", Shape.ROWS, ("queue", "text", q))))
+    run(lambda: isinstance(sql(worker, "sample_activity", Shape.SCALAR), int))
+    run(lambda: sql(admin, "retry_jobs", Shape.SCALAR, ("queue", "text", q), ("task", "text", "b")))
+    run(lambda: sql(admin, "replay_dead_letters", Shape.SCALAR, ("queue", "text", q), ("error_contains", "text", "boom")))
+    run(lambda: sql(admin, "cancel_jobs", Shape.SCALAR, ("queue", "text", q), ("payload_contains", "jsonb", '{"i": 1}')))
     run(lambda: admin.cancel_matching(q, task="b", payload_contains={"i": 2}))
     run(lambda: admin.cancel_matching(q, task="b"))
     run(lambda: worker.reap(max_rows=100))

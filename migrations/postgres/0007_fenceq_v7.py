@@ -40,8 +40,8 @@ from yoyo import step
 FOLDER = Path(__file__).parent / "sql"
 CHANGED = ("verify_schema", "version")
 ADDED = ("sample_activity(integer, interval)", "activity(text, interval, interval)",
-         "_activity_end(timestamp with time zone)", "_histogram(interval[])",
-         "_histogram_percentile(bigint[], double precision)",
+         "_activity_end(timestamp with time zone)", "_histogram_bounds()", "_histogram(integer[])",
+         "_histogram_percentile(integer[], bigint[], double precision)",
          "search_jobs(text, text, text, jsonb, text, text, timestamp with time zone, timestamp with time zone,"
          " bigint, integer, integer)",
          "retry_jobs(text, text[], text, jsonb, text, integer)",

@@ -22,7 +22,8 @@
 -- payload_contains is jsonb containment (@>) as cancel_matching uses it,
 -- with its checks; error_contains (1 to 1,000 characters) a case-
 -- insensitive substring of last_error, taken literally. QF101 for an
--- unknown queue.
+-- unknown queue. No row: nothing matched in what was read.
+-- Locking: none; it reads under the statement's snapshot and writes nothing.
 CREATE OR REPLACE FUNCTION fenceq.search_jobs(
     queue text DEFAULT NULL, status text DEFAULT NULL, task text DEFAULT NULL,
     payload_contains jsonb DEFAULT NULL, error_contains text DEFAULT NULL, submission_prefix text DEFAULT NULL,

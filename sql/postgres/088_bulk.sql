@@ -107,6 +107,8 @@ COMMENT ON FUNCTION fenceq._check_bulk(text, text[], text, jsonb, text, integer)
 -- Locking: the chosen jobs' rows in job id order, then the clock: a job
 -- that fell due or changed meanwhile is left alone and not counted.
 -- Without job ids it reads the queue's jobs due later (_jobs_later_idx).
+-- Again: a job it made due waits no more, so a second call changes none
+-- of them; more than max_rows match: call it until it answers 0.
 CREATE OR REPLACE FUNCTION fenceq.retry_jobs(
     queue text, job_ids text[] DEFAULT NULL, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
     error_contains text DEFAULT NULL, max_rows integer DEFAULT 1000)
@@ -182,6 +184,8 @@ COMMENT ON FUNCTION fenceq.retry_jobs(text, text[], text, jsonb, text, integer) 
 -- (cancel_matching stays as it is.)
 -- Locking: the chosen jobs' rows in job id order (cancel_matching's), judged
 -- again once locked; it waits for a row another call holds.
+-- Again: a cancelled job, or a claimed one whose cancel is requested
+-- (without force), no longer matches; call it until it answers 0.
 CREATE OR REPLACE FUNCTION fenceq.cancel_jobs(
     queue text, job_ids text[] DEFAULT NULL, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
     include_claimed boolean DEFAULT false, force boolean DEFAULT false, max_rows integer DEFAULT 1000)
@@ -272,6 +276,8 @@ COMMENT ON FUNCTION fenceq.cancel_jobs(text, text[], text, jsonb, boolean, boole
 -- their jobs' active keys (all at once, in _lock_identities' order), then
 -- each job's row: replay_dead_letter's order. Without job ids it reads the
 -- queue's unhandled letters (_dead_letters_unhandled_idx).
+-- Again: a replayed letter is handled, so a second call replays it no more;
+-- call it until it answers 0.
 CREATE OR REPLACE FUNCTION fenceq.replay_dead_letters(
     queue text, job_ids text[] DEFAULT NULL, task text DEFAULT NULL, payload_contains jsonb DEFAULT NULL,
     error_contains text DEFAULT NULL, max_rows integer DEFAULT 1000)

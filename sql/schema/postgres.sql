@@ -908,34 +908,48 @@ ALTER FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload t
 
 COMMENT ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) IS 'Private, inlined. The fingerprint of a request whose payload is given in canonical JSON text.';
 
-CREATE FUNCTION fenceq._histogram(durations interval[]) RETURNS integer[]
+CREATE FUNCTION fenceq._histogram(buckets integer[]) RETURNS integer[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 DECLARE
-    v_bounds constant double precision[] :=
-        ARRAY(SELECT power(2::double precision, k / 4.0::double precision) FROM generate_series(1, 127) AS k);
-    v_hist integer[] := '{}'::integer[];
-    v_duration interval;
+    v_top integer := -1;
+    v_hist integer[];
     v_bucket integer;
 BEGIN
-    FOREACH v_duration IN ARRAY coalesce(_histogram.durations, '{}'::interval[]) LOOP
-        CONTINUE WHEN v_duration IS NULL;
-        v_bucket := width_bucket(greatest(extract(epoch FROM v_duration) * 1000, 1)::double precision, v_bounds);
-        WHILE cardinality(v_hist) <= v_bucket LOOP
-            v_hist := v_hist || 0;
-        END LOOP;
+    FOREACH v_bucket IN ARRAY coalesce(_histogram.buckets, '{}'::integer[]) LOOP
+        v_top := greatest(v_top, v_bucket);
+    END LOOP;
+    IF v_top < 0 THEN
+        RETURN '{}'::integer[];
+    END IF;
+    v_hist := array_fill(0, ARRAY[v_top + 1]);
+    FOREACH v_bucket IN ARRAY _histogram.buckets LOOP
+        CONTINUE WHEN v_bucket IS NULL;
         v_hist[v_bucket + 1] := v_hist[v_bucket + 1] + 1;
     END LOOP;
     RETURN v_hist;
 END
 $$;
 
-ALTER FUNCTION fenceq._histogram(durations interval[]) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._histogram(buckets integer[]) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._histogram(durations interval[]) IS 'Private. The trimmed histogram of durations by quarter powers of two of a millisecond (bucket k: floor(4 log2 max(ms, 1)), at most 127).';
+COMMENT ON FUNCTION fenceq._histogram(buckets integer[]) IS 'Private. The trimmed histogram of these bucket numbers (element k + 1 counts bucket k); NULLs skipped.';
 
-CREATE FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) RETURNS interval
+CREATE FUNCTION fenceq._histogram_bounds() RETURNS double precision[]
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN ARRAY(SELECT power(2::double precision, k / 4.0::double precision) FROM generate_series(1, 127) AS k);
+END
+$$;
+
+ALTER FUNCTION fenceq._histogram_bounds() OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._histogram_bounds() IS 'Private. The lower bounds in milliseconds of histogram buckets 1 to 127: 2^(k/4).';
+
+CREATE FUNCTION fenceq._histogram_percentile(buckets integer[], counts bigint[], fraction double precision) RETURNS interval
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
@@ -943,23 +957,24 @@ DECLARE
     v_rank numeric;
     v_seen numeric := 0;
 BEGIN
-    v_rank := ceil((SELECT sum(h.n) FROM unnest(_histogram_percentile.hist) AS h(n)) * _histogram_percentile.fraction);
+    v_rank := ceil((SELECT sum(c.n) FROM unnest(_histogram_percentile.counts) AS c(n)) * _histogram_percentile.fraction);
     IF v_rank IS NULL OR v_rank < 1 THEN
         RETURN NULL;
     END IF;
-    FOR k IN 1 .. cardinality(_histogram_percentile.hist) LOOP
-        v_seen := v_seen + _histogram_percentile.hist[k];
+    FOR i IN 1 .. cardinality(_histogram_percentile.counts) LOOP
+        v_seen := v_seen + _histogram_percentile.counts[i];
         IF v_seen >= v_rank THEN
-            RETURN make_interval(secs => power(2::double precision, (k - 0.5)::double precision / 4) / 1000);
+            RETURN make_interval(secs => power(2::double precision,
+                                               (_histogram_percentile.buckets[i] + 0.5)::double precision / 4) / 1000);
         END IF;
     END LOOP;
     RETURN NULL;  -- not reached: the last bucket holds the last duration
 END
 $$;
 
-ALTER FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) OWNER TO fenceq_owner;
+ALTER FUNCTION fenceq._histogram_percentile(buckets integer[], counts bigint[], fraction double precision) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) IS 'Private. A percentile of a histogram as the geometric middle of the bucket that holds it; NULL when empty.';
+COMMENT ON FUNCTION fenceq._histogram_percentile(buckets integer[], counts bigint[], fraction double precision) IS 'Private. A percentile of a histogram given by its non-zero buckets and their counts, as the geometric middle of the bucket that holds it; NULL when empty.';
 
 CREATE FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) RETURNS timestamp with time zone
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2102,22 +2117,26 @@ BEGIN
                  WHERE s.pending IS NOT NULL
                  ORDER BY s.b, s.queue, s.minute DESC) AS l
          GROUP BY l.b),
-    merged AS (
-        SELECT h.b, h.kind, array_agg(h.n ORDER BY h.k) AS hist
-          FROM (SELECT s.b, 'wait' AS kind, e.k, sum(e.n)::bigint AS n
+    merged AS (  -- the non-zero buckets only: most of a stored histogram is zeros
+        SELECT h.b, h.kind, array_agg(h.k ORDER BY h.k) AS buckets, array_agg(h.n ORDER BY h.k) AS counts
+          FROM (SELECT s.b, 'wait' AS kind, e.k::integer - 1 AS k, sum(e.n)::bigint AS n
                   FROM samples AS s CROSS JOIN LATERAL unnest(s.wait_hist) WITH ORDINALITY AS e(n, k)
+                 WHERE e.n > 0
                  GROUP BY 1, 2, 3
                 UNION ALL
-                SELECT s.b, 'run', e.k, sum(e.n)::bigint
+                SELECT s.b, 'run', e.k::integer - 1, sum(e.n)::bigint
                   FROM samples AS s CROSS JOIN LATERAL unnest(s.run_hist) WITH ORDINALITY AS e(n, k)
+                 WHERE e.n > 0
                  GROUP BY 1, 2, 3) AS h
          GROUP BY h.b, h.kind)
     SELECT v_start + g.b * v_bucket, coalesce(t.submitted, 0)::bigint, coalesce(t.claimed, 0)::bigint,
            coalesce(t.retried, 0)::bigint, coalesce(t.completed, 0)::bigint, coalesce(t.failed, 0)::bigint,
            coalesce(t.cancelled, 0)::bigint, coalesce(t.expired, 0)::bigint,
            d.pending::bigint, d.due::bigint, d.running::bigint,
-           fenceq._histogram_percentile(w.hist, 0.5), fenceq._histogram_percentile(w.hist, 0.95),
-           fenceq._histogram_percentile(r.hist, 0.5), fenceq._histogram_percentile(r.hist, 0.95)
+           fenceq._histogram_percentile(w.buckets, w.counts, 0.5),
+           fenceq._histogram_percentile(w.buckets, w.counts, 0.95),
+           fenceq._histogram_percentile(r.buckets, r.counts, 0.5),
+           fenceq._histogram_percentile(r.buckets, r.counts, 0.95)
       FROM generate_series(0, v_count - 1) AS g(b)
       LEFT JOIN sums AS t ON t.b = g.b
       LEFT JOIN depth AS d ON d.b = g.b
@@ -4128,34 +4147,63 @@ BEGIN
                                            cancelled, expired, pending, due, running, wait_hist, run_hist)
         WITH windows AS (
             SELECT w.queue, w.m0, w.m1 FROM unnest(v_queues, v_starts, v_stops) AS w(queue, m0, m1)),
-        jobs AS MATERIALIZED (
+        live AS MATERIALIZED (
             SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
               FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'pending'
             UNION ALL
             SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
-              FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'claimed'
-            UNION ALL
+              FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'claimed'),
+        depth AS (
+            SELECT l.queue, count(*) FILTER (WHERE l.status = 'pending') AS pending,
+                   count(*) FILTER (WHERE l.status = 'pending' AND l.run_at <= v_now) AS due,
+                   count(*) FILTER (WHERE l.status = 'claimed') AS running
+              FROM live AS l
+             GROUP BY l.queue),
+        finished AS MATERIALIZED (  -- one range of the index, whatever the number of queues
             SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
               FROM fenceq._jobs AS j
              WHERE j.finished_at >= v_from AND j.queue = ANY (v_queues)),
-        facts AS (
-            -- What happened, when: a submission, a claim, an end (with the
-            -- wait and run time of a completion or failure).
-            SELECT j.queue, j.created_at AS at, 'submitted' AS what, false AS again,
-                   NULL::interval AS wait, NULL::interval AS run
-              FROM jobs AS j
-             WHERE j.created_at >= v_from AND j.created_at < v_end
-            UNION ALL
-            SELECT j.queue, c.claimed_at, 'claimed', c.generation > 1, NULL, NULL
+        jobs AS MATERIALIZED (  -- with their queue's window; one created since its end did nothing in it
+            SELECT s.job_id, s.queue, s.status, s.created_at, s.run_at, s.finished_at, s.generation, w.m0, w.m1
+              FROM (SELECT * FROM live UNION ALL SELECT * FROM finished) AS s
+              JOIN windows AS w ON w.queue = s.queue
+             WHERE s.created_at < w.m1),
+        claims AS (  -- every claim of those jobs: one probe of the ledger per claimed job
+            SELECT j.queue, j.status, j.run_at, j.finished_at, j.generation AS final, j.m0, j.m1,
+                   c.generation, c.claimed_at
               FROM jobs AS j JOIN fenceq._claims AS c ON c.job_id = j.job_id
-             WHERE j.generation > 0 AND c.claimed_at >= v_from AND c.claimed_at < v_end
+             WHERE j.generation > 0),
+        facts AS (
+            -- What happened, when: each minute of the windows itself (so
+            -- that each has its row), a submission, a claim, an end (a
+            -- completion or failure with the buckets of its wait and run
+            -- time, from its final claim: purge deletes a job's claims with
+            -- it, never before).
+            SELECT w.queue, m.minute AS at, 'minute' AS what, false AS again,
+                   NULL::integer AS wait, NULL::integer AS run
+              FROM windows AS w
+             CROSS JOIN LATERAL generate_series(w.m0, w.m1 - interval '1 minute', interval '1 minute') AS m(minute)
             UNION ALL
-            SELECT j.queue, j.finished_at, j.status, false,
-                   c.claimed_at - j.run_at, j.finished_at - c.claimed_at
+            SELECT j.queue, j.created_at, 'submitted', false, NULL, NULL
               FROM jobs AS j
-              LEFT JOIN fenceq._claims AS c
-                ON j.status IN ('completed', 'failed') AND c.job_id = j.job_id AND c.generation = j.generation
-             WHERE j.finished_at < v_end),
+             WHERE j.created_at >= j.m0
+            UNION ALL
+            SELECT c.queue, c.claimed_at, 'claimed', c.generation > 1, NULL, NULL
+              FROM claims AS c
+             WHERE c.claimed_at >= c.m0 AND c.claimed_at < c.m1
+            UNION ALL
+            SELECT c.queue, c.finished_at, c.status, false,
+                   width_bucket(greatest(extract(epoch FROM c.claimed_at - c.run_at) * 1000, 1)::double precision,
+                                fenceq._histogram_bounds()),
+                   width_bucket(greatest(extract(epoch FROM c.finished_at - c.claimed_at) * 1000, 1)::double precision,
+                                fenceq._histogram_bounds())
+              FROM claims AS c
+             WHERE c.generation = c.final AND c.status IN ('completed', 'failed')
+               AND c.finished_at >= c.m0 AND c.finished_at < c.m1
+            UNION ALL
+            SELECT j.queue, j.finished_at, j.status, false, NULL, NULL
+              FROM jobs AS j
+             WHERE j.status IN ('cancelled', 'expired') AND j.finished_at >= j.m0 AND j.finished_at < j.m1),
         per_minute AS (
             SELECT f.queue, date_trunc('minute', f.at, 'UTC') AS minute,
                    count(*) FILTER (WHERE f.what = 'submitted') AS submitted,
@@ -4168,25 +4216,15 @@ BEGIN
                    fenceq._histogram(array_agg(f.wait) FILTER (WHERE f.wait IS NOT NULL)) AS wait_hist,
                    fenceq._histogram(array_agg(f.run) FILTER (WHERE f.run IS NOT NULL)) AS run_hist
               FROM facts AS f
-             GROUP BY 1, 2),
-        depth AS (
-            SELECT j.queue, count(*) FILTER (WHERE j.status = 'pending') AS pending,
-                   count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= v_now) AS due,
-                   count(*) FILTER (WHERE j.status = 'claimed') AS running
-              FROM jobs AS j
-             WHERE j.finished_at IS NULL
-             GROUP BY j.queue)
-        SELECT w.queue, m.minute, coalesce(p.submitted, 0), coalesce(p.claimed, 0), coalesce(p.retried, 0),
-               coalesce(p.completed, 0), coalesce(p.failed, 0), coalesce(p.cancelled, 0), coalesce(p.expired, 0),
-               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.pending, 0) END,
-               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.due, 0) END,
-               CASE WHEN m.minute = v_end - interval '1 minute' THEN coalesce(d.running, 0) END,
-               coalesce(p.wait_hist, '{}'), coalesce(p.run_hist, '{}')
-          FROM windows AS w
-         CROSS JOIN LATERAL generate_series(w.m0, w.m1 - interval '1 minute', interval '1 minute') AS m(minute)
-          LEFT JOIN per_minute AS p ON p.queue = w.queue AND p.minute = m.minute
-          LEFT JOIN depth AS d ON d.queue = w.queue
-         ORDER BY w.queue, m.minute
+             GROUP BY 1, 2)
+        SELECT p.queue, p.minute, p.submitted, p.claimed, p.retried, p.completed, p.failed, p.cancelled, p.expired,
+               CASE WHEN p.minute = v_end - interval '1 minute' THEN coalesce(d.pending, 0) END,
+               CASE WHEN p.minute = v_end - interval '1 minute' THEN coalesce(d.due, 0) END,
+               CASE WHEN p.minute = v_end - interval '1 minute' THEN coalesce(d.running, 0) END,
+               p.wait_hist, p.run_hist
+          FROM per_minute AS p
+          LEFT JOIN depth AS d ON d.queue = p.queue
+         ORDER BY p.queue, p.minute
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS v_written = ROW_COUNT;
     END IF;
@@ -5691,9 +5729,11 @@ REVOKE ALL ON FUNCTION fenceq._fingerprint(queue text, task text, payload jsonb,
 
 REVOKE ALL ON FUNCTION fenceq._fingerprint_of(queue text, task text, canonical_payload text, submission_id text, job_id text, priority integer, run_at timestamp with time zone, expires_at timestamp with time zone, max_attempts integer, active_key text, force boolean, concurrency_key text, depends_on text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._histogram(durations interval[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._histogram(buckets integer[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._histogram_percentile(hist bigint[], fraction double precision) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._histogram_bounds() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION fenceq._histogram_percentile(buckets integer[], counts bigint[], fraction double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
 
