@@ -5,7 +5,8 @@ engines; skipped where the framework is not installed:
 - the lifespan opens the App's clients with the web application and closes
   them at shutdown; the dependency gives handlers the App;
 - the request transaction: a request that enqueues in it and then fails
-  leaves neither its job nor its own row; one that returns commits both,
+  leaves neither its job nor its own row, nor does one whose COMMIT fails
+  (the client gets an error, not the job); one that returns commits both,
   the worker on the application's loop runs the job, and an endpoint of
   the application reads its result back;
 - a worker that cannot start fails the application's start;
@@ -33,10 +34,12 @@ def make_thumbnail(ctx, url: str) -> dict:
     return {"url": url, "attempt": ctx.attempt}
 
 
-async def record_upload(tx, url: str) -> None:
-    """The application's own write, in the request's transaction."""
+async def record_upload(tx, url: str, twice: bool) -> None:
+    """The application's own write, in the request's transaction (``twice``:
+    a second time, which a unique check at COMMIT refuses)."""
     placeholder = "%s" if tx.backend == "postgres" else "?"
-    await tx.execute(f"INSERT INTO uploads (url) VALUES ({placeholder})", (url,))
+    for _ in range(2 if twice else 1):
+        await tx.execute(f"INSERT INTO uploads (url) VALUES ({placeholder})", (url,))
 
 
 async def finished_job(fenceq_app: fenceq.App, job_id: str, wait: float) -> dict:
@@ -44,7 +47,7 @@ async def finished_job(fenceq_app: fenceq.App, job_id: str, wait: float) -> dict
     return {"status": job.status, "result": job.result}
 
 
-def fastapi_application(**options):
+def fastapi_application(raise_server_exceptions=True, **options):
     fastapi = pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
@@ -59,8 +62,9 @@ def fastapi_application(**options):
         return {"job_id": job.id, "app": fenceq_app.name, "status": await job.status_async()}
 
     @api.post("/uploads/{url}", status_code=201)  # Litestar's default for a POST
-    async def upload(url: str, tx: Annotated[AsyncTransaction, tasks.transaction], fail: bool = False) -> dict:
-        await record_upload(tx, url)
+    async def upload(url: str, tx: Annotated[AsyncTransaction, tasks.transaction], fail: bool = False,
+                     twice: bool = False) -> dict:
+        await record_upload(tx, url, twice)
         job = await make_thumbnail.using(tx).submit_async(url=url)
         if fail:
             raise fastapi.HTTPException(409, "refused after the job was submitted")
@@ -75,10 +79,10 @@ def fastapi_application(**options):
     async def read(job_id: str, wait: float, fenceq_app: fenceq.App = fastapi.Depends(tasks)) -> dict:
         return await finished_job(fenceq_app, job_id, wait)
 
-    return TestClient(api), tasks
+    return TestClient(api, raise_server_exceptions=raise_server_exceptions), tasks
 
 
-def litestar_application(**options):
+def litestar_application(raise_server_exceptions=True, **options):
     litestar = pytest.importorskip("litestar")
     from litestar.di import NamedDependency
     from litestar.exceptions import HTTPException
@@ -94,8 +98,8 @@ def litestar_application(**options):
 
     @litestar.post("/uploads/{url:str}")
     async def upload(url: FromPath[str], fenceq_tx: NamedDependency[AsyncTransaction],
-                     fail: FromQuery[bool] = False) -> dict:
-        await record_upload(fenceq_tx, url)
+                     fail: FromQuery[bool] = False, twice: FromQuery[bool] = False) -> dict:
+        await record_upload(fenceq_tx, url, twice)
         job = await make_thumbnail.using(fenceq_tx).submit_async(url=url)
         if fail:
             raise HTTPException(status_code=409, detail="refused after the job was submitted")
@@ -112,7 +116,7 @@ def litestar_application(**options):
 
     plugin = FenceqPlugin(app, **options)
     web = litestar.Litestar(route_handlers=[create, upload, render, read], plugins=[plugin], debug=True)
-    return TestClient(web), plugin
+    return TestClient(web, raise_server_exceptions=raise_server_exceptions), plugin
 
 
 def server_error(web, path: str) -> str:
@@ -129,17 +133,28 @@ FRAMEWORKS = pytest.mark.parametrize("application", [fastapi_application, litest
                                      ids=["fastapi", "litestar"])
 
 
+def serving(database, table: str):
+    """The App submitting to ``database``, where its queue and the
+    application's table ``uploads`` exist."""
+    previous = app.url, app.submitter
+    app.url, app.submitter = database.url, DatabaseClients(database.url)
+    with database.connect() as client:
+        client.create_queue("media")
+    database.sql(f"CREATE TABLE uploads ({table})")
+    yield database
+    app.url, app.submitter = previous
+
+
 @pytest.fixture
 def served(db):
-    """The App submitting to ``db``, where its queue and the application's
-    table ``uploads`` exist."""
-    previous = app.url, app.submitter
-    app.url, app.submitter = db.url, DatabaseClients(db.url)
-    with db.connect() as client:
-        client.create_queue("media")
-    db.sql("CREATE TABLE uploads (url text NOT NULL)")
-    yield db
-    app.url, app.submitter = previous
+    yield from serving(db, "url text NOT NULL")
+
+
+@pytest.fixture
+def served_with_a_deferred_check(pg):
+    """A table whose unique check runs at COMMIT (PostgreSQL's deferred
+    constraints; SQLite has no deferred unique check)."""
+    yield from serving(pg, "url text UNIQUE DEFERRABLE INITIALLY DEFERRED")
 
 
 @FRAMEWORKS
@@ -164,6 +179,18 @@ def test_a_request_that_fails_after_enqueueing_leaves_neither_its_job_nor_its_ro
     with served.connect() as client:
         assert [job.payload for job in client.pending_jobs("media")] == [{"url": "b.png"}]
     assert served.sql("SELECT url FROM uploads") == [("b.png",)]
+
+
+@FRAMEWORKS
+def test_a_request_whose_commit_fails_answers_an_error_and_leaves_no_job(application,
+                                                                         served_with_a_deferred_check):
+    web, _ = application(raise_server_exceptions=False)
+    with web:
+        answer = web.post("/uploads/twice.png", params={"twice": True})
+    assert answer.status_code == 500  # the transaction ends before the response is sent
+    with served_with_a_deferred_check.connect() as client:
+        assert client.pending_jobs("media") == []
+    assert served_with_a_deferred_check.sql("SELECT url FROM uploads") == []
 
 
 @FRAMEWORKS
