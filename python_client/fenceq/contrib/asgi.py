@@ -65,7 +65,7 @@ class Integration:
                     stack.callback(setattr, self, "worker", None)
             yield {STATE_KEY: self.app}
 
-    async def request_transaction(self) -> AsyncIterator[AsyncTransaction | AsyncClient]:
+    async def request_transaction(self) -> AsyncIterator[AsyncTransaction]:
         """A transaction for one request: it commits when the handler
         returns and rolls back when it raises. ``task.using(tx)`` submits in
         it; ``tx.execute`` runs the application's own statements there.
@@ -75,7 +75,7 @@ class Integration:
             yield AsyncTransaction(InProcessTransaction(await self.app.async_client()))
             return
         if self._transactions is None:
-            raise config_error("QF100", "fenceq: a request transaction needs the integration's lifespan "
+            raise config_error("QF100", "a request transaction needs the integration's lifespan "
                                "(the application started, e.g. a test client used as `with TestClient(…)`)")
         async with self._transactions.transaction() as tx:
             yield tx
@@ -94,7 +94,7 @@ class InProcessTransaction:
         return await self._client._call(op)
 
     async def execute(self, sql: str, params: Any = None) -> list[tuple]:
-        raise config_error("QF100", "fenceq: an in-process testing mode has no database for the application's "
+        raise config_error("QF100", "an in-process testing mode has no database for the application's "
                            "own statements: test this request with fenceq.testing.DatabaseMode")
 
 
@@ -140,7 +140,7 @@ async def worker_running(app: App, options: Mapping[str, Any]) -> AsyncIterator[
         while not worker.started.is_set():  # a thread's Event: looked at, not awaited
             if running.done():
                 running.result()  # the reason it stopped
-                raise config_error("QF100", "fenceq: the worker stopped before it started")
+                raise config_error("QF100", "the worker stopped before it started")
             await asyncio.sleep(STARTING_POLL)
         running.add_done_callback(_report_failure)
         yield worker
