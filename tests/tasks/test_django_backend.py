@@ -31,6 +31,7 @@ from django.db import connections, transaction  # noqa: E402
 from django.db.transaction import TransactionManagementError  # noqa: E402
 from django.test.utils import override_settings  # noqa: E402
 
+import fenceq  # noqa: E402
 from fenceq.testing import DatabaseMode  # noqa: E402
 
 BACKEND = {"BACKEND": "fenceq.contrib.django.FenceqBackend", "QUEUES": ["default", "emails"]}
@@ -232,6 +233,13 @@ async def test_aenqueue_commits_at_once_on_fenceqs_own_connection(joined, django
     assert (await mailer_tasks.shout.aget_result(result.id)).return_value == "ASYNC"
 
 
+async def test_a_joined_enqueue_from_async_code_is_refused_as_a_query_is(joined):
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    with pytest.raises(SynchronousOnlyOperation):
+        mailer_tasks.shout.enqueue("sync from async")
+
+
 def test_a_sync_task_leaves_no_django_connection_open_for_the_next(joined, django_db):
     first = finished(mailer_tasks.reuses_a_django_connection.enqueue(), django_db)
     second = finished(mailer_tasks.reuses_a_django_connection.enqueue(), django_db)
@@ -305,8 +313,6 @@ def steps_recorded(url: str) -> list[str]:
 
 
 def test_djangos_migrate_installs_fenceq_and_the_backends_queues_and_migrates_back(empty_django_db):
-    import fenceq
-
     with override_settings(TASKS={"default": {**BACKEND, "OPTIONS": {"DATABASE": "default"}}}):
         call_command("migrate", "fenceq", verbosity=0)
         with fenceq.connect(empty_django_db) as client:
