@@ -568,8 +568,10 @@ def run_worker(*, app: str, url: str | None, settings: dict[str, Any], index: in
     owner_id = settings["owner_id"]
     if owner_id and index is not None:
         owner_id = f"{owner_id}:{index}"
+    application = load_app(app)
+    # --url, else the App's own url= (a Django backend's App carries its backend's URL).
     worker = Worker(
-        load_app(app), url=url, queues=settings["queue"], concurrency=settings["concurrency"],
+        application, url=url or getattr(application, "url", None), queues=settings["queue"], concurrency=settings["concurrency"],
         owner_id=owner_id, lease=settings["lease"], budget=settings["budget"],
         drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
         reap_interval=settings["reap_interval"] if settings["reap"] else None,

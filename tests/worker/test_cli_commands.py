@@ -317,3 +317,25 @@ def test_rollback_to_a_version(db, capsys):
     assert code == 0
     with db.connect() as client:
         assert client.version() == schema_version(db.backend)
+
+
+def test_the_worker_command_runs_on_the_apps_own_url_unless_told_another(monkeypatch):
+    import fenceq.worker
+    from fenceq.cli import run_worker
+
+    app = fenceq.App(queues=["mail"], url="sqlite:///app-own.db")
+    seen = []
+
+    class Recorder:
+        def __init__(self, application, *, url, **_options):
+            seen.append(url)
+
+        def run(self, **_options):
+            pass
+
+    monkeypatch.setattr(fenceq.worker, "Worker", Recorder)
+    monkeypatch.setattr(fenceq.worker, "load_app", lambda _spec: app)
+    settings = worker_settings(build_parser().parse_args(["worker", "tasks:app"]), {})
+    run_worker(app="tasks:app", url=None, settings=settings)
+    run_worker(app="tasks:app", url="sqlite:///other.db", settings=settings)
+    assert seen == ["sqlite:///app-own.db", "sqlite:///other.db"]
