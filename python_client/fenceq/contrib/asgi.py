@@ -111,21 +111,10 @@ async def transactions_client(url: str, pool_size: int) -> AsyncIterator[AsyncCl
         finally:
             await client.close()
         return
-    from psycopg_pool import AsyncConnectionPool
+    from ..backends.postgres import request_pool
 
-    from ..backends.postgres import connection_url, pooled_async
-
-    async def configure(connection: Any) -> None:
-        if await pooled_async(connection):  # PgBouncer: no prepared statements (docs/dba.md)
-            connection.prepare_threshold = None
-
-    pool = AsyncConnectionPool(connection_url(url), min_size=1, max_size=pool_size, open=False,
-                               kwargs={"autocommit": True}, configure=configure, name="fenceq-requests")
-    await pool.open(wait=True)
-    try:
+    async with request_pool(url, pool_size, "fenceq-requests") as pool:
         yield await connect_async(pool=pool)
-    finally:
-        await pool.close()
 
 
 @contextlib.asynccontextmanager

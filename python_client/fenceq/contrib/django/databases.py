@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 from urllib.parse import urlencode
 
-import psycopg
 from django.db import connections
 
-from ...backends.postgres import connection_url
+from ...backends.postgres import libpq_keywords, url_parameters
 
 # Where a setting leaves them empty, libpq's own defaults ($PGHOST, …) apply.
 IDENTITY_DEFAULTS = {"host": "", "port": "5432", "dbname": "", "user": ""}
@@ -33,7 +32,7 @@ def database_url(settings: Mapping[str, Any]) -> str:
     NAME, USER, PASSWORD, HOST and PORT, and those of its OPTIONS that are
     libpq's (sslmode, service, passfile, …). Under Django's test runner,
     NAME is the test database's."""
-    libpq = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
+    libpq = libpq_keywords()
     params = {key: value for key, value in settings.get("OPTIONS", {}).items()
               if key in libpq and isinstance(value, (str, int))}
     params.update({key: settings.get(setting) for key, setting in
@@ -43,9 +42,8 @@ def database_url(settings: Mapping[str, Any]) -> str:
 
 
 def _identity(url: str) -> tuple[str, ...]:
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(connection_url(url))
-    except psycopg.ProgrammingError:
+    info = url_parameters(url)
+    if info is None:
         return ()
     return tuple(str(info.get(key) or default) for key, default in IDENTITY_DEFAULTS.items())
 
@@ -63,7 +61,7 @@ def database_named_by(url: str) -> str | None:
     return None
 
 
-def connection_in_transaction(alias: str) -> psycopg.Connection:
+def connection_in_transaction(alias: str) -> Any:
     """This thread's psycopg connection of the Django database ``alias``,
     open: inside the atomic block that is open there, else in autocommit.
     A transaction broken by an earlier error is refused as Django refuses a
