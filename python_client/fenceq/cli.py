@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping
 from .client import connect, resolve_url
 from .errors import FenceqError, PersistenceFailed
 from .migrate import install_script, migrate
+from .ops import REQUEUE_PRIORITIES
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -327,9 +328,6 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 # Queues ----------------------------------------------------------------------------
 
-REQUEUE_PRIORITIES = ("keep", "first", "last")
-
-
 # A setting of `fenceq queue create` and `alter`: its flag, how argparse reads
 # it, what it is, and the default a new queue gets.
 QUEUE_SETTINGS: tuple[tuple[str, dict[str, Any], str, str], ...] = (
@@ -380,8 +378,9 @@ def cmd_queue_alter(args: argparse.Namespace) -> int:
 def cmd_queue_history(args: argparse.Namespace) -> int:
     with connect(args.url) as client:
         changed = client.set_queue_history(args.name, args.history, retention=args.retention)
-    state = ("on" if args.history else "off") + (
-        f", events purged after {duration_text(args.retention)}" if args.retention else ", events kept as long as their job")
+    kept = (f"events purged after {duration_text(args.retention)}" if args.retention
+            else "events kept as long as their job")
+    state = ("on, " if args.history else "off, ") + kept
     print(f"queue {args.name}: history " + (state if changed else f"was already {state}"))
     return 0
 

@@ -12,12 +12,13 @@ transaction. The call that waits runs in a thread on a client of its own.
 
 Differs from PostgreSQL in that a reap, a claim or a tick waits for the
 write lock where PostgreSQL's passes over a locked row; the outcomes are the
-same (but for which reap requeues, in reap_vs_reserve). Not mirrored: schedule_tick (a schedule's first occurrence is up to a
-minute away; SQLite ticks take turns on the write lock, and processes
-ticking at once are tested in test_schedules.py), and the check_lock
-permutations where the holder releases or renews from another connection
-during the fenced transaction, which SQLite holds back (§15); due_later_move,
-claim_vs_cancel, claim_vs_release and move_due_vs_cancel, not yet."""
+same (but for which reap requeues, in reap_vs_reserve). Not mirrored:
+schedule_tick (a schedule's first occurrence is up to a minute away; SQLite
+ticks take turns on the write lock, and processes ticking at once are tested
+in test_schedules.py), and the check_lock permutations where the holder
+releases or renews from another connection during the fenced transaction,
+which SQLite holds back (§15); due_later_move, claim_vs_cancel,
+claim_vs_release and move_due_vs_cancel, not yet."""
 
 from __future__ import annotations
 
