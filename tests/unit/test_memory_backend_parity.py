@@ -135,13 +135,9 @@ def test_queue_settings_are_validated_and_compared(db):
                                    False, "QF105"]
 
 
-def test_create_queue_without_requeue_priority_matches_any_setting(db, request):
+def test_create_queue_without_requeue_priority_matches_any_setting(db):
     """docs/guarantees.md §3: NULL is keep for a new queue and matches any
     setting of an existing one."""
-    if db.backend == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "sql/sqlite/templates/create_queue.sql compares coalesce(:requeue_priority, 'keep'), "
-            "not the queue's own setting: QF100")))
 
     def scenario(side):
         side.client.create_queue("q", requeue_priority="first")
