@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 from .client import connect, resolve_url
 from .errors import FenceqError, PersistenceFailed
 from .migrate import install_script, migrate
+from .ops import REQUEUE_PRIORITIES
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -139,6 +140,15 @@ def duration(text: str) -> timedelta:
     if value <= 0:
         raise argparse.ArgumentTypeError("a duration must be positive")
     return timedelta(seconds=value)
+
+
+def duration_text(value: timedelta) -> str:
+    """A duration in the largest unit that `duration` reads back exactly."""
+    milliseconds = round(value / timedelta(milliseconds=1))
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if milliseconds % size == 0:
+            return f"{milliseconds // size}{unit}"
+    return f"{milliseconds}ms"
 
 
 def moment(text: str) -> datetime:
@@ -338,13 +348,60 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 # Queues ----------------------------------------------------------------------------
 
+# A setting of `fenceq queue create` and `alter`: its flag, how argparse reads
+# it, what it is, and the default a new queue gets.
+QUEUE_SETTINGS: tuple[tuple[str, dict[str, Any], str, str], ...] = (
+    ("--lease", {"type": duration}, "claim lease", "30s"),
+    ("--max-attempts", {"type": positive_int}, "attempts before failing", "5"),
+    ("--backoff-base", {"type": duration}, "first retry delay", "1s"),
+    ("--backoff-factor", {"type": float}, "retry delay growth", "2"),
+    ("--backoff-max", {"type": duration}, "longest retry delay", "1h"),
+    ("--dead-letter", {"action": argparse.BooleanOptionalAction},
+     "keep a dead letter of each failed job (--no-dead-letter: do not)", "on"),
+    ("--requeue-priority", {"choices": REQUEUE_PRIORITIES},
+     "where reap requeues a job whose lease lapsed: keep (due after the back-off), first (due at once, "
+     "ahead of the pending jobs of its priority), last (behind them)", "keep"),
+)
+
+
+def _setting_name(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_queue_settings(parser: argparse.ArgumentParser, *, shown_defaults: bool) -> None:
+    for flag, reading, text, default in QUEUE_SETTINGS:
+        parser.add_argument(flag, **reading, help=f"{text} (default {default})" if shown_defaults else text)
+
+
+def queue_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings named on the command line (None: not named)."""
+    return {_setting_name(flag): getattr(args, _setting_name(flag)) for flag, *_ in QUEUE_SETTINGS}
+
+
 def cmd_queue_create(args: argparse.Namespace) -> int:
     with connect(args.url) as client:
-        created = client.create_queue(
-            args.name, lease=args.lease, max_attempts=args.max_attempts,
-            backoff_base=args.backoff_base, backoff_factor=args.backoff_factor,
-            backoff_max=args.backoff_max, dead_letter=False if args.no_dead_letter else None)
+        created = client.create_queue(args.name, **queue_settings(args))
     print(f"queue {args.name}: " + ("created" if created else "already exists with these settings"))
+    return 0
+
+
+def cmd_queue_alter(args: argparse.Namespace) -> int:
+    settings = queue_settings(args)
+    if all(value is None for value in settings.values()):
+        raise UserError("name a setting to change (see fenceq queue alter --help)")
+    with connect(args.url) as client:
+        client.alter_queue(args.name, **settings)
+    print(f"queue {args.name}: altered")
+    return 0
+
+
+def cmd_queue_history(args: argparse.Namespace) -> int:
+    with connect(args.url) as client:
+        changed = client.set_queue_history(args.name, args.history, retention=args.retention)
+    kept = (f"events purged after {duration_text(args.retention)}" if args.retention
+            else "events kept as long as their job")
+    state = ("on, " if args.history else "off, ") + kept
+    print(f"queue {args.name}: history " + (state if changed else f"was already {state}"))
     return 0
 
 
@@ -588,8 +645,10 @@ def run_worker(*, app: str, url: str | None, settings: dict[str, Any], index: in
     owner_id = settings["owner_id"]
     if owner_id and index is not None:
         owner_id = f"{owner_id}:{index}"
+    application = load_app(app)
+    # --url, else the App's own url= (a Django backend's App carries its backend's URL).
     worker = Worker(
-        load_app(app), url=url, queues=settings["queue"], concurrency=settings["concurrency"],
+        application, url=url or getattr(application, "url", None), queues=settings["queue"], concurrency=settings["concurrency"],
         owner_id=owner_id, lease=settings["lease"], budget=settings["budget"],
         drain_timeout=settings["drain_timeout"], poll_interval=settings["poll_interval"],
         reap_interval=settings["reap_interval"] if settings["reap"] else None,
@@ -683,16 +742,24 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: 1 minute up to 2 hours, 15 minutes up to 2 days, 1 hour beyond)")
     stats.add_argument("--queue", help="only this queue (with --since: unknown_queue when there is none)")
 
-    queue = command("queue", None, "declare, pause or resume a queue")
+    queue = command("queue", None, "declare, alter, pause or resume a queue, or turn its history on or off")
     queue_commands = queue.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = command("create", cmd_queue_create, "declare a queue with its defaults", queue_commands)
     create.add_argument("name", help="queue name")
-    create.add_argument("--lease", type=duration, help="claim lease (default 30s)")
-    create.add_argument("--max-attempts", type=positive_int, help="attempts before failing (default 5)")
-    create.add_argument("--backoff-base", type=duration, help="first retry delay (default 1s)")
-    create.add_argument("--backoff-factor", type=float, help="retry delay growth (default 2)")
-    create.add_argument("--backoff-max", type=duration, help="longest retry delay (default 1h)")
-    create.add_argument("--no-dead-letter", action="store_true", help="do not keep dead letters")
+    add_queue_settings(create, shown_defaults=True)
+    alter = command("alter", cmd_queue_alter, "change the settings named; the others stay as they are",
+                    queue_commands)
+    alter.add_argument("name", help="queue name")
+    add_queue_settings(alter, shown_defaults=False)
+    history = command("history", cmd_queue_history, "record each job's transitions (get_job_events, "
+                      "the dashboard's timeline), or stop; the events recorded are kept", queue_commands)
+    history.add_argument("name", help="queue name")
+    switch = history.add_mutually_exclusive_group(required=True)
+    switch.add_argument("--on", dest="history", action="store_const", const=True, help="record events")
+    switch.add_argument("--off", dest="history", action="store_const", const=False, help="record no more")
+    history.add_argument("--retention", type=duration,
+                         help="purge removes events older than this (e.g. 30d; default: they live as long as "
+                              "their job)")
     for action, handler, text in (("pause", cmd_queue_pause, "stop claims from a queue (it keeps accepting work)"),
                                   ("resume", cmd_queue_resume, "allow claims from a paused queue again")):
         command(action, handler, text, queue_commands).add_argument("name", help="queue name")

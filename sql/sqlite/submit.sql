@@ -30,7 +30,9 @@
 -- which is stored as sent; no fenceq_jobs or fenceq_control notification
 -- is sent; a generated job id is a random (version 4) UUID made from
 -- randomblob(); no row lock is needed to keep a dependency from finishing
--- unseen (BEGIN IMMEDIATE holds the file).
+-- unseen (BEGIN IMMEDIATE holds the file); the event submitted of a job
+-- that waits on dependencies records the run_at it asked for, as get_job
+-- shows it, where PostgreSQL's records the 'infinity' it stores meanwhile.
 -- One scratch row per connection (temp.fenceq_submit_call, overwritten by
 -- each call): the first failing check in this order (sqlstate, message), a
 -- replayed job id, the new job's id, the clock reading, the active key's

@@ -26,7 +26,9 @@
 -- request document, docs/guarantees.md §4) under the key "fingerprint";
 -- payloads must be canonical JSON (§4) and are stored as sent; no
 -- notification is sent; the elements are checked and written set-wise with
--- the same outcome as one after another.
+-- the same outcome as one after another; the event submitted of a job that
+-- waits on dependencies records the run_at it asked for, as get_job shows
+-- it, where PostgreSQL's records the 'infinity' it stores meanwhile.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;

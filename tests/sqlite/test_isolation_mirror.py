@@ -12,11 +12,13 @@ transaction. The call that waits runs in a thread on a client of its own.
 
 Differs from PostgreSQL in that a reap, a claim or a tick waits for the
 write lock where PostgreSQL's passes over a locked row; the outcomes are the
-same. Not mirrored: schedule_tick (a schedule's first occurrence is up to a
-minute away; SQLite ticks take turns on the write lock, and processes
-ticking at once are tested in test_schedules.py), and the check_lock
-permutations where the holder releases or renews from another connection
-during the fenced transaction, which SQLite holds back (§15)."""
+same (but for which reap requeues, in reap_vs_reserve). Not mirrored:
+schedule_tick (a schedule's first occurrence is up to a minute away; SQLite
+ticks take turns on the write lock, and processes ticking at once are tested
+in test_schedules.py), and the check_lock permutations where the holder
+releases or renews from another connection during the fenced transaction,
+which SQLite holds back (§15); due_later_move, claim_vs_cancel,
+claim_vs_release and move_due_vs_cancel, not yet."""
 
 from __future__ import annotations
 
@@ -126,6 +128,29 @@ def claimed_fence(client: fenceq.Client, queue: str, job_id: str, token: str = "
     return claim.fence
 
 
+def one_claimed_job(client: fenceq.Client) -> fenceq.Fence:
+    """Job j of queue q, claimed by w for a minute (generation 1)."""
+    client.create_queue("q", max_attempts=3)
+    client.submit("q", "task", job_id="j")
+    return claimed_fence(client, "q", "j")
+
+
+def lapse(client: fenceq.Client, fence: fenceq.Fence) -> None:
+    """Renew the claim to SHORT and outlast it."""
+    assert client.heartbeat(fence, lease=SHORT) is True
+    time.sleep(PAST_SHORT)
+
+
+def in_time_past_the_lease(race: "Race", fence: fenceq.Fence, write: ops.Op) -> "Holder":
+    """A holder that made a fenced write within a lease renewed to 3 s and
+    keeps it uncommitted while the lease lapses."""
+    assert race.client.heartbeat(fence, lease=timedelta(seconds=3)) is True
+    worker = race.hold()
+    assert worker.run(write) is True  # within the three seconds
+    time.sleep(3)
+    return worker
+
+
 # fenced_write_past_lease.spec
 
 FENCED_WRITES = {
@@ -147,9 +172,7 @@ STATUS_AFTER = {"complete": "completed", "complete_batch": "completed", "fail": 
 @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
 @pytest.mark.parametrize("renewal", ["short", "long"])
 def test_fenced_write_waiting_past_the_lease_is_refused(race, write, renewal):
-    race.client.create_queue("q", max_attempts=3)
-    race.client.submit("q", "task", job_id="j")
-    fence = claimed_fence(race.client, "q", "j")
+    fence = one_claimed_job(race.client)
     call, applied = FENCED_WRITES[write]
 
     heartbeats = race.hold()
@@ -173,14 +196,9 @@ def test_fenced_write_waiting_past_the_lease_is_refused(race, write, renewal):
 # reap_vs_complete.spec
 
 def test_reap_against_a_completion_that_holds_the_job(race):
-    race.client.create_queue("q", max_attempts=3)
-    race.client.submit("q", "task", job_id="j")
-    fence = claimed_fence(race.client, "q", "j")
+    fence = one_claimed_job(race.client)
 
-    assert race.client.heartbeat(fence, lease=timedelta(seconds=3)) is True
-    worker = race.hold()
-    assert worker.run(ops.complete(fence)) is True  # within the three seconds
-    time.sleep(3)  # the lease lapses while the completion is not committed
+    worker = in_time_past_the_lease(race, fence, ops.complete(fence))
     reaped = race.waiting(lambda client: client.reap())
     worker.commit()
 
@@ -191,11 +209,8 @@ def test_reap_against_a_completion_that_holds_the_job(race):
 
 @pytest.mark.parametrize("reap_ends", ["commit", "rollback"])
 def test_completion_against_a_reap_of_its_lapsed_claim(race, reap_ends):
-    race.client.create_queue("q", max_attempts=3)
-    race.client.submit("q", "task", job_id="j")
-    fence = claimed_fence(race.client, "q", "j")
-    assert race.client.heartbeat(fence, lease=SHORT) is True
-    time.sleep(PAST_SHORT)
+    fence = one_claimed_job(race.client)
+    lapse(race.client, fence)
 
     reaper = race.hold()
     assert reaper.run(ops.reap()) == ReapResult(1, 0, 0, 0)
@@ -209,11 +224,8 @@ def test_completion_against_a_reap_of_its_lapsed_claim(race, reap_ends):
 
 
 def test_completion_after_a_reap_is_refused(race):
-    race.client.create_queue("q", max_attempts=3)
-    race.client.submit("q", "task", job_id="j")
-    fence = claimed_fence(race.client, "q", "j")
-    assert race.client.heartbeat(fence, lease=SHORT) is True
-    time.sleep(PAST_SHORT)
+    fence = one_claimed_job(race.client)
+    lapse(race.client, fence)
     assert race.client.reap() == ReapResult(1, 0, 0, 0)
     assert race.client.complete(fence) is False
     assert race.client.get_job("j").status == "pending"
@@ -542,3 +554,108 @@ def test_a_claim_waiting_for_cancel_matching_finds_nothing(race):
     assert answer(claim) is None
     job = client.get_job("j")
     assert (job.status, job.generation) == ("cancelled", 0)
+
+
+# adopt_vs_finalize.spec
+
+def dispatched_job(client: fenceq.Client) -> fenceq.Fence:
+    """Job j claimed by w (generation 1) with a dispatch reserved under r1."""
+    fence = one_claimed_job(client)
+    assert client.reserve_dispatch(fence, "ext", "r1") is True
+    return fence
+
+
+def dispatch_state(client: fenceq.Client) -> tuple:
+    job = client.get_job("j")
+    dispatch = next((d for d in client.dispatches() if d.job_id == "j"), None)
+    refs = (dispatch.state, dispatch.reservation_ref, dispatch.execution_ref) if dispatch else (None, None, None)
+    return (job.status, job.generation, job.attempts, job.owner_id) + refs
+
+
+def adopted(claim: Any) -> tuple | None:
+    return None if claim is None else (claim.owner_id, claim.generation, claim.attempt)
+
+
+@pytest.mark.parametrize("adoption_ends", ["commit", "rollback", "before"])
+def test_a_late_finalize_against_an_adoption_of_its_lapsed_claim(race, adoption_ends):
+    fence = dispatched_job(race.client)
+    lapse(race.client, fence)
+
+    if adoption_ends == "before":
+        assert adopted(race.client.adopt_dispatch("j", "ext", "r1", "reconciler", "t2")) == ("reconciler", 2, 1)
+        assert race.client.finalize_dispatch(fence, "r1", "x1") is False
+    else:
+        reconciler = race.hold()
+        assert adopted(reconciler.run(ops.adopt_dispatch("j", "ext", "r1", "reconciler", "t2"))) == (
+            "reconciler", 2, 1)
+        finalize = race.waiting(lambda client: client.finalize_dispatch(fence, "r1", "x1"))
+        getattr(reconciler, adoption_ends)()
+        assert answer(finalize) is False  # also after the rollback: the lease lapsed
+
+    owner = ("w", 1) if adoption_ends == "rollback" else ("reconciler", 2)
+    assert dispatch_state(race.client) == ("claimed", owner[1], 1, owner[0], "reserved", "r1", None)
+
+
+@pytest.mark.parametrize("finalize_ends", ["commit", "rollback"])
+def test_an_adoption_against_a_finalize_that_came_in_time(race, finalize_ends):
+    fence = dispatched_job(race.client)
+    worker = in_time_past_the_lease(race, fence, ops.finalize_dispatch(fence, "r1", "x1"))
+    adoption = race.waiting(lambda client: adopted(client.adopt_dispatch("j", "ext", "r1", "reconciler", "t2")))
+    getattr(worker, finalize_ends)()
+
+    if finalize_ends == "commit":  # the dispatch runs under another ref: nothing taken
+        assert answer(adoption) is None
+        assert dispatch_state(race.client) == ("claimed", 1, 1, "w", "running", "r1", "x1")
+        assert adopted(race.client.adopt_dispatch("j", "ext", "x1", "reconciler", "t3")) == ("reconciler", 2, 1)
+        assert dispatch_state(race.client) == ("claimed", 2, 1, "reconciler", "running", "r1", "x1")
+    else:
+        assert answer(adoption) == ("reconciler", 2, 1)
+        assert dispatch_state(race.client) == ("claimed", 2, 1, "reconciler", "reserved", "r1", None)
+
+
+# reap_vs_reserve.spec
+
+def reserve_state(client: fenceq.Client) -> tuple:
+    job = client.get_job("j")
+    dispatch = next((d for d in client.dispatches() if d.job_id == "j"), None)
+    candidate = sum(c.job_id == "j" for c in client.dispatch_repair_candidates("ext"))
+    return (job.status, job.generation, job.last_error,
+            dispatch and dispatch.state, dispatch and dispatch.reservation_ref, candidate)
+
+
+@pytest.mark.parametrize("reservation_ends", ["commit", "rollback"])
+def test_reap_against_a_reservation_made_in_time(race, reservation_ends):
+    fence = one_claimed_job(race.client)
+    worker = in_time_past_the_lease(race, fence, ops.reserve_dispatch(fence, "ext", "r1"))
+    reaped = race.waiting(lambda client: client.reap())
+    getattr(worker, reservation_ends)()
+
+    if reservation_ends == "commit":  # the dispatched claim is reap's no more, lapsed or not
+        assert answer(reaped) == ReapResult(0, 0, 0, 0)
+        assert race.client.reap() == ReapResult(0, 0, 0, 0)
+        assert reserve_state(race.client) == ("claimed", 1, None, "reserved", "r1", 1)
+    else:
+        # Differs from PostgreSQL (whose waiting reap passed over the row and
+        # the next one requeues) in that the reap that waited requeues.
+        assert answer(reaped) == ReapResult(1, 0, 0, 0)
+        assert race.client.reap() == ReapResult(0, 0, 0, 0)
+        assert reserve_state(race.client) == ("pending", 1, "lease_expired", None, None, 0)
+
+
+@pytest.mark.parametrize("reap_ends", ["commit", "rollback", "before"])
+def test_a_reservation_against_a_reap_of_its_lapsed_claim(race, reap_ends):
+    fence = one_claimed_job(race.client)
+    lapse(race.client, fence)
+
+    if reap_ends == "before":
+        assert race.client.reap() == ReapResult(1, 0, 0, 0)
+        assert race.client.reserve_dispatch(fence, "ext", "r1") is False
+    else:
+        reaper = race.hold()
+        assert reaper.run(ops.reap()) == ReapResult(1, 0, 0, 0)
+        reservation = race.waiting(lambda client: client.reserve_dispatch(fence, "ext", "r1"))
+        getattr(reaper, reap_ends)()
+        assert answer(reservation) is False  # also after the rollback: the lease lapsed
+
+    expected = ("claimed", 1, None) if reap_ends == "rollback" else ("pending", 1, "lease_expired")
+    assert reserve_state(race.client) == expected + (None, None, 0)

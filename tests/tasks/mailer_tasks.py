@@ -31,3 +31,13 @@ async def shout(text: str) -> str:
 @task(queue_name="emails")
 def bounce(address: str) -> None:
     raise Bounced(address)
+
+
+@task
+def reuses_a_django_connection() -> bool:
+    """Whether this thread's connection to Django's database was open before the task began."""
+    from django.db import connection
+
+    kept = connection.connection is not None
+    connection.ensure_connection()
+    return kept

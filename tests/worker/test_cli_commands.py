@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import fenceq
-from fenceq.cli import UserError, _could_not_connect, build_parser, main, worker_settings
-from helpers import schema_version
+from fenceq.cli import UserError, _could_not_connect, build_parser, duration, duration_text, main, worker_settings
+from helpers import raises_code, schema_version
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -175,6 +175,74 @@ def test_queue_actions_are_subcommands_that_refuse_unrelated_options(db, capsys)
     assert code == 2 and "unknown queue" in err
 
 
+def refused_usage(capsys, *argv: str) -> str:
+    """The usage error argparse prints for a command line it refuses."""
+    with pytest.raises(SystemExit) as refused:
+        main(list(argv))
+    assert refused.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_queue_create_and_alter_take_every_setting(db, capsys):
+    code, out, _ = run(capsys, "queue", "create", "q", "--requeue-priority", "first", "--no-dead-letter",
+                       "--url", db.url)
+    assert (code, out) == (0, "queue q: created\n")
+    with db.connect() as client:
+        assert client.create_queue("q", requeue_priority="first", dead_letter=False) is False
+        with raises_code("QF100"):
+            client.create_queue("q", requeue_priority="last")
+
+    code, out, _ = run(capsys, "queue", "alter", "q", "--requeue-priority", "last", "--max-attempts", "7",
+                       "--dead-letter", "--url", db.url)
+    assert (code, out) == (0, "queue q: altered\n")
+    with db.connect() as client:  # the settings not named stayed as they were
+        assert client.create_queue("q", requeue_priority="last", max_attempts=7, dead_letter=True,
+                                   lease=timedelta(seconds=30)) is False
+
+    code, _, err = run(capsys, "queue", "alter", "q", "--url", db.url)
+    assert (code, err) == (2, "fenceq: name a setting to change (see fenceq queue alter --help)\n")
+    assert "invalid choice: 'sometimes'" in refused_usage(
+        capsys, "queue", "alter", "q", "--requeue-priority", "sometimes", "--url", db.url)
+    code, _, err = run(capsys, "queue", "alter", "nope", "--lease", "5s", "--url", db.url)
+    assert code == 2 and "unknown queue" in err
+
+
+def test_queue_history_turns_events_on_and_off(db, capsys):
+    with db.connect() as client:
+        client.create_queue("q")
+    code, out, _ = run(capsys, "queue", "history", "q", "--on", "--retention", "30d", "--url", db.url)
+    assert (code, out) == (0, "queue q: history on, events purged after 30d\n")
+    code, out, _ = run(capsys, "queue", "history", "q", "--on", "--retention", "30d", "--url", db.url)
+    assert (code, out) == (0, "queue q: history was already on, events purged after 30d\n")
+    with db.connect() as client:
+        assert client.set_queue_history("q", True, retention=timedelta(days=30)) is False
+        recorded = client.submit("q", "t")
+        assert [e.event for e in client.get_job_events(recorded)] == ["submitted"]
+
+    code, out, _ = run(capsys, "queue", "history", "q", "--off", "--url", db.url)
+    assert (code, out) == (0, "queue q: history off, events kept as long as their job\n")
+    with db.connect() as client:
+        assert client.set_queue_history("q", False) is False
+        assert client.get_job_events(client.submit("q", "t")) == []
+        assert [e.event for e in client.get_job_events(recorded)] == ["submitted"]
+
+    assert "one of the arguments --on --off is required" in refused_usage(
+        capsys, "queue", "history", "q", "--url", db.url)
+    assert "not allowed with argument --on" in refused_usage(
+        capsys, "queue", "history", "q", "--on", "--off", "--url", db.url)
+    assert "a duration must be positive" in refused_usage(
+        capsys, "queue", "history", "q", "--on", "--retention", "0s", "--url", db.url)
+    code, _, err = run(capsys, "queue", "history", "nope", "--on", "--url", db.url)
+    assert code == 2 and "unknown queue" in err
+
+
+@pytest.mark.parametrize("text,shown", [("30d", "30d"), ("36h", "36h"), ("90s", "90s"), ("1.5s", "1500ms"),
+                                        ("2880m", "2d"), ("500ms", "500ms")])
+def test_a_duration_is_shown_as_it_reads_back(text, shown):
+    assert duration_text(duration(text)) == shown
+    assert duration(shown) == duration(text)
+
+
 def test_each_flag_has_one_meaning(db, capsys):
     """--all picks every open letter instead of ids; listing handled
     letters too is --include-handled."""
@@ -317,3 +385,25 @@ def test_rollback_to_a_version(db, capsys):
     assert code == 0
     with db.connect() as client:
         assert client.version() == schema_version(db.backend)
+
+
+def test_the_worker_command_runs_on_the_apps_own_url_unless_told_another(monkeypatch):
+    import fenceq.worker
+    from fenceq.cli import run_worker
+
+    app = fenceq.App(queues=["mail"], url="sqlite:///app-own.db")
+    seen = []
+
+    class Recorder:
+        def __init__(self, application, *, url, **_options):
+            seen.append(url)
+
+        def run(self, **_options):
+            pass
+
+    monkeypatch.setattr(fenceq.worker, "Worker", Recorder)
+    monkeypatch.setattr(fenceq.worker, "load_app", lambda _spec: app)
+    settings = worker_settings(build_parser().parse_args(["worker", "tasks:app"]), {})
+    run_worker(app="tasks:app", url=None, settings=settings)
+    run_worker(app="tasks:app", url="sqlite:///other.db", settings=settings)
+    assert seen == ["sqlite:///app-own.db", "sqlite:///other.db"]

@@ -247,6 +247,40 @@ def connection_url(url: str) -> str:
     return scheme.split("+", 1)[0] + sep + rest
 
 
+def libpq_keywords() -> set[str]:
+    """The connection parameters libpq knows (host, sslmode, service, …)."""
+    return {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
+
+
+def url_parameters(url: str) -> dict[str, Any] | None:
+    """A PostgreSQL URL's connection parameters, or None for one libpq
+    cannot read."""
+    try:
+        return psycopg.conninfo.conninfo_to_dict(connection_url(url))
+    except psycopg.ProgrammingError:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def request_pool(url: str, size: int, name: str) -> AsyncIterator[Any]:
+    """A pool of up to ``size`` autocommit connections, open once this
+    enters (a wrong URL fails here), closed when it exits; through a pooler
+    (PgBouncer) its connections prepare no statements."""
+    from psycopg_pool import AsyncConnectionPool
+
+    async def configure(connection: psycopg.AsyncConnection) -> None:
+        if await pooled_async(connection):
+            connection.prepare_threshold = None
+
+    pool = AsyncConnectionPool(connection_url(url), min_size=1, max_size=size, open=False,
+                               kwargs={"autocommit": True}, configure=configure, name=name)
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
 def _listen_statements(channels: Sequence[str]) -> list[psycopg.sql.Composed]:
     return [psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(c)) for c in channels]
 

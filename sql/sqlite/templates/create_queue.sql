@@ -7,8 +7,9 @@
 -- :max_attempts INTEGER (default 5); :backoff_base INTEGER microseconds
 -- (default 1 s); :backoff_factor REAL (default 2); :backoff_max INTEGER
 -- microseconds (default 1 h); :dead_letter INTEGER 0/1 (default 1);
--- :requeue_priority TEXT keep, first or last (default keep: where reap
--- requeues a job whose lease lapsed).
+-- :requeue_priority TEXT keep, first or last: where reap requeues a job
+-- whose lease lapsed (default keep for a new queue; NULL matches any
+-- setting of an existing one, as on PostgreSQL).
 -- Result: one row (sqlstate, message, detail, value INTEGER 0/1).
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
@@ -40,7 +41,7 @@ SELECT 'QF100', 'fenceq: the queue exists with other settings; use alter_queue'
             AND q.backoff_factor = coalesce(:backoff_factor, 2.0)
             AND q.backoff_max = coalesce(:backoff_max, 3600000000)
             AND q.dead_letter = coalesce(:dead_letter, 1)
-            AND q.requeue_priority = coalesce(:requeue_priority, 'keep'));
+            AND q.requeue_priority = coalesce(:requeue_priority, q.requeue_priority));
 INSERT INTO fenceq__queues (queue, lease, max_attempts, backoff_base, backoff_factor, backoff_max,
                             dead_letter, requeue_priority, created_at)
 SELECT :queue, coalesce(:lease, 30000000), coalesce(:max_attempts, 5), coalesce(:backoff_base, 1000000),

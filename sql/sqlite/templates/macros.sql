@@ -929,7 +929,8 @@ SELECT w.job_id FROM down AS w
 
 -- macro: submitted_detail(job)
 -- The detail of event submitted: the job's priority and the run_at it
--- asked for (also while it waits on dependencies).
+-- asked for (also while it waits on dependencies: the run_at get_job shows;
+-- PostgreSQL's event records the stored 'infinity' instead).
 json_object('priority', $job.priority, 'run_at', CASE WHEN $job.blocked_run_at IS NULL
     THEN {{micros_utc_text($job.run_at)}}
     ELSE {{micros_utc_text($job.blocked_run_at)}} END)

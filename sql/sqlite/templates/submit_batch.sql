@@ -25,7 +25,9 @@
 -- request document, docs/guarantees.md §4) under the key "fingerprint";
 -- payloads must be canonical JSON (§4) and are stored as sent; no
 -- notification is sent; the elements are checked and written set-wise with
--- the same outcome as one after another.
+-- the same outcome as one after another; the event submitted of a job that
+-- waits on dependencies records the run_at it asked for, as get_job shows
+-- it, where PostgreSQL's records the 'infinity' it stores meanwhile.
 {{error_table}}
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (

@@ -1,7 +1,11 @@
 """Django's task framework on fenceq (docs/integrations.md#django):
-``FenceqBackend`` enqueues ``@task`` functions as fenceq jobs and answers
+``FenceqBackend`` enqueues ``@task`` functions as fenceq jobs, in the
+transaction of Django's PostgreSQL connection when it has one, and answers
 ``get_result`` from the job; a fenceq worker runs them with the App of
-``worker_app`` (``fenceq worker fenceq.contrib.django``).
+``worker_app`` (``manage.py fenceq_worker``, or ``fenceq worker
+fenceq.contrib.django``). As an installed app (``"fenceq.contrib.django"``,
+label ``fenceq``) it brings that command and Django migrations that apply
+fenceq's own (``schema.py``).
 
 Django 6 ships the framework as ``django.tasks``; on Django 4.2 to 5.2 the
 ``django-tasks`` package provides the same API as ``django_tasks``, used
@@ -9,7 +13,7 @@ when ``django.tasks`` is absent.
 
     TASKS = {"default": {"BACKEND": "fenceq.contrib.django.FenceqBackend",
                          "QUEUES": ["default", "emails"],
-                         "OPTIONS": {"URL": "postgresql://app@db/app"}}}
+                         "OPTIONS": {"DATABASE": "default"}}}
 
 A job's task is the Django task's module path, its payload
 ``{"args": [...], "kwargs": {...}}``, its queue the task's ``queue_name``,
@@ -18,29 +22,35 @@ its priority and ``run_at`` the task's ``priority`` and ``run_after``.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 from typing import Any
 
+from django.core import checks
+from django.db import close_old_connections, connections
 from django.utils.module_loading import import_string
 from django.utils.timezone import now
 
-from ..tasks import DatabaseClients
-from ..types import Job
-from ..worker.app import App
+from ...client import connect, resolve_url
+from ...tasks import DatabaseClients
+from ...types import Job
+from ...worker.app import App
+from .databases import connection_in_transaction, database_named_by, database_url, joinable
 
 try:
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task_backends
     from django.tasks.base import Task
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued
 except ImportError:  # before Django 6: the django-tasks package
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task_backends
     from django_tasks.base import Task
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import TaskError
-    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend, TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued
 
 STATUSES = {"pending": TaskResultStatus.READY, "claimed": TaskResultStatus.RUNNING,
@@ -48,6 +58,8 @@ STATUSES = {"pending": TaskResultStatus.READY, "claimed": TaskResultStatus.RUNNI
             "cancelled": TaskResultStatus.FAILED, "expired": TaskResultStatus.FAILED}
 # The checkpoint step where a failed attempt records its exception's class, for TaskError.exception_class.
 EXCEPTION_STEP = "django.exception_class.{attempt}"
+# The TASKS alias whose tasks `fenceq worker fenceq.contrib.django` runs (manage.py fenceq_worker sets it).
+BACKEND_VARIABLE = "FENCEQ_DJANGO_BACKEND"
 
 
 def _class_path(error: BaseException) -> str:
@@ -57,16 +69,47 @@ def _class_path(error: BaseException) -> str:
 
 class FenceqBackend(BaseTaskBackend):
     """A Django task backend whose tasks are fenceq jobs. ``OPTIONS``:
-    ``URL`` (default: ``$FENCEQ_DATABASE_URL``, else ./fenceq.db)."""
+
+    - ``DATABASE``: a Django database alias. When it is PostgreSQL (psycopg
+      3), ``enqueue`` submits on its connection, in the atomic block open
+      there (else in autocommit, committed at once, as a row would be).
+    - ``URL``: fenceq's database for fenceq's own connections (``get_result``,
+      ``aenqueue``, the worker, and ``enqueue`` when no transaction can be
+      joined). Default: the ``DATABASE``'s when it is PostgreSQL, else
+      ``$FENCEQ_DATABASE_URL``, else ./fenceq.db. Without ``DATABASE``,
+      enqueues join the transactions of the PostgreSQL database of
+      ``DATABASES`` that this URL names (``databases.database_named_by``).
+    """
 
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
 
-    def __init__(self, alias: str, params: dict) -> None:
-        super().__init__(alias, params)
-        self._clients = DatabaseClients(self.options.get("URL"))
+    @functools.cached_property
+    def transaction_database(self) -> str | None:
+        """The alias of the Django database whose transactions enqueues join;
+        None: they commit on fenceq's own connection."""
+        alias = self.options.get("DATABASE")
+        if alias is None:
+            return database_named_by(self.url)
+        return alias if joinable(alias) else None
+
+    @functools.cached_property
+    def url(self) -> str:
+        """fenceq's database, for fenceq's own connections."""
+        alias = self.options.get("DATABASE")
+        if self.options.get("URL") or alias is None or not joinable(alias):
+            return resolve_url(self.options.get("URL"))
+        return database_url(connections[alias].settings_dict)
+
+    @functools.cached_property
+    def _clients(self) -> DatabaseClients:
+        return DatabaseClients(self.url)
+
+    def queue_names(self) -> list[str]:
+        """The queues its tasks go to: ``QUEUES`` (Django's default: "default")."""
+        return sorted(self.queues) or [DEFAULT_TASK_QUEUE_NAME]
 
     def _submission(self, task: Any, args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
         self.validate_task(task)
@@ -75,10 +118,17 @@ class FenceqBackend(BaseTaskBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         positional, options = self._submission(task, args, kwargs)
-        job_id = self._clients.client().submit(*positional, **options)
+        alias = self.transaction_database
+        if alias is None:
+            job_id = self._clients.client().submit(*positional, **options)
+        else:
+            with connect(connection=connection_in_transaction(alias)) as client:
+                job_id = client.submit(*positional, **options)
         return self._enqueued(task, job_id, args, kwargs)
 
     async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """On fenceq's own async connection, committed at once: Django's
+        connections are sync, and async code holds no transaction to join."""
         positional, options = self._submission(task, args, kwargs)
         job_id = await (await self._clients.async_client()).submit(*positional, **options)
         return self._enqueued(task, job_id, args, kwargs)
@@ -128,7 +178,24 @@ class FenceqBackend(BaseTaskBackend):
 
     def close(self) -> None:
         """Close the sync client (``task_backends.close_all()`` calls it)."""
-        self._clients.close()
+        if "_clients" in self.__dict__:
+            self._clients.close()
+
+    def check(self, **kwargs: Any) -> list:
+        """Django's system checks: a ``DATABASE`` that is not in ``DATABASES``,
+        or whose transactions enqueues cannot join."""
+        alias = self.options.get("DATABASE")
+        if alias is None:
+            return []
+        if alias not in connections.settings:
+            return [checks.Error(f"OPTIONS['DATABASE'] of the task backend {self.alias!r} names {alias!r}, "
+                                 "which is not in DATABASES", id="fenceq.E001")]
+        if not joinable(alias):
+            return [checks.Warning(
+                f"The database {alias!r} of the task backend {self.alias!r} is not PostgreSQL on psycopg 3: "
+                "its enqueues commit at once on fenceq's own connection, outside that database's transactions",
+                hint="docs/integrations.md#django", id="fenceq.W001")]
+        return []
 
 
 class DjangoTasksApp(App):
@@ -137,8 +204,7 @@ class DjangoTasksApp(App):
 
     def __init__(self, alias: str = "default"):
         backend = task_backends[alias]
-        super().__init__(f"django:{alias}", queues=sorted(backend.queues) or ["default"],
-                         url=backend.options.get("URL"))
+        super().__init__(f"django:{alias}", queues=backend.queue_names(), url=backend.url)
         self.alias = alias
 
     def handler(self, name: str) -> Any:
@@ -174,12 +240,17 @@ class DjangoTasksApp(App):
                     raise
         else:
             def handler(ctx: Any) -> Any:
+                # As around a request: the handler thread's Django connections are
+                # not kept past CONN_MAX_AGE, nor reused once broken.
+                close_old_connections()
                 try:
                     return task.func(*context_of(ctx), *ctx.payload["args"], **ctx.payload["kwargs"])
                 except Exception as error:
                     path = _class_path(error)
                     ctx.checkpoint(EXCEPTION_STEP.format(attempt=ctx.attempt), lambda: path)
                     raise
+                finally:
+                    close_old_connections()
         return handler
 
 
@@ -189,11 +260,15 @@ def worker_app(alias: str = "default") -> DjangoTasksApp:
 
 
 def __getattr__(name: str) -> Any:
-    """``fenceq worker fenceq.contrib.django`` loads ``app``: the default
-    backend's, after ``django.setup()`` ($DJANGO_SETTINGS_MODULE)."""
+    """``fenceq worker fenceq.contrib.django`` loads ``app``: the App of the
+    backend ``$FENCEQ_DJANGO_BACKEND`` (default "default"), Django set up
+    first when it is not ($DJANGO_SETTINGS_MODULE)."""
     if name != "app":
         raise AttributeError(name)
-    import django
+    from django.apps import apps
 
-    django.setup()
-    return worker_app()
+    if not apps.ready:
+        import django
+
+        django.setup()
+    return worker_app(os.environ.get(BACKEND_VARIABLE, "default"))
