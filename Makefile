@@ -70,6 +70,16 @@ bench-history: install
 	FENCEQ_PG_DURABLE=1 FENCEQ_PG_STAT_STATEMENTS=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
 	$(BIN)/python -m bench.history_cost --url $(BENCH_PG_URL) $(BENCH_HISTORY_ARGS)
 
+# What version 7's operator view costs at 1M jobs of history (issue 27):
+# sample_activity, activity() and each search shape and bulk action on the
+# bench server: bench/runs/activity-cost.{json,md}. About 4 minutes; not
+# part of `make bench`.
+BENCH_ACTIVITY_ARGS ?=
+.PHONY: bench-activity
+bench-activity: install
+	FENCEQ_PG_DURABLE=1 FENCEQ_TEST_PG_PORT=54339 scripts/pg-test-server start >/dev/null
+	$(BIN)/python -m bench.activity_cost --url $(BENCH_PG_URL) $(BENCH_ACTIVITY_ARGS)
+
 # Server time line by line of PL/pgSQL (bench/plprofile.py), on its own
 # server with plprofiler preloaded. Not part of make test or make bench.
 PROFILE_ARGS ?=
