@@ -389,11 +389,14 @@ class Lockstep(RuleBasedStateMachine):
     # leaves out one link of a dispatch's life.
     @precondition(lambda self: self.fences)
     @rule(**fence_args, aim=st.sampled_from(["any", "live", "dispatched"]),
-          action=st.sampled_from(["reserve", "reserve", "finalize", "finalize", "release", "replace", "lapse"]),
+          action=st.sampled_from(["reserve", "reserve", "finalize", "finalize", "release", "replace", "lapse",
+                                  "lapse"]),
           backend=st.sampled_from(BACKENDS), reservation=st.sampled_from(["r0", "r1"]),
           execution=st.sampled_from(["x0", "x1"]), moved_to=st.sampled_from(["x0", "x1", "x2"]))
     def dispatch(self, index, tamper, aim, action, backend, reservation, execution, moved_to):
-        fence = self.target_fence(index, tamper, aim)
+        """"lapse" lets a claim that holds a dispatch lapse, when there is
+        one (the heartbeat rule lets any claim lapse)."""
+        fence = self.target_fence(index, tamper, "dispatched" if action == "lapse" else aim)
         now = self.now()
         if action == "lapse":
             self.renew(fence, True, now)
