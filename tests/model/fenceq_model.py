@@ -11,6 +11,16 @@ step, because the test sleeps past the expiry the engines answered). Due
 times are kept as ``(seconds, step)`` keys: an explicit timestamp, or the
 local clock read before the step that set "now" (the test keeps steps apart
 in time, so their order is the engines' order).
+
+External execution (§19). A claim's dispatch is live while its job is
+claimed at the dispatch's generation; a record an earlier claim left stays
+unread until the next reservation or the purge. A claim lapses with a
+dispatch only by a short heartbeat (a short claim lapses before anything
+could reserve under it); reap leaves it claimed, and adopt_dispatch takes it
+over. The repair page's order is modelled: never-checked rows by the step
+that set their (equally short) lease, then by the step of their last check;
+rows checked by the same call tie, and each engine breaks the tie by its own
+job ids.
 """
 
 from __future__ import annotations
@@ -71,6 +81,21 @@ class Letter:
 
 
 @dataclass
+class Dispatch:
+    backend: str
+    generation: int               # the claim it belongs to
+    reservation_ref: str
+    state: str = "reserved"
+    execution_ref: str | None = None
+    checked_step: int | None = None   # the step of the last repair page that returned it
+
+    @property
+    def recorded_ref(self) -> str:
+        """What adopt_dispatch expects and the repair page shows."""
+        return self.reservation_ref if self.state == "reserved" else self.execution_ref
+
+
+@dataclass
 class Job:
     handle: int
     request: Request | None      # None for a job a schedule submitted
@@ -92,6 +117,7 @@ class Job:
     owner: str | None = None
     token: str | None = None
     short_lease: bool = False
+    lease_step: int = 0           # the step that set the lease: orders lapsed claims
     cancel_requested: bool = False
     pid: int | None = None
     result: Any = None
@@ -104,6 +130,8 @@ class Job:
     letters: list = field(default_factory=list)
     purged: bool = False
     stored_cancelled: bool = False  # cancelled by its own submit: a dependency had failed
+    dispatch: Dispatch | None = None
+    claims: list = field(default_factory=list)   # (generation, owner) of each claim: the attempts view
 
     @property
     def terminal(self) -> bool:
@@ -164,6 +192,12 @@ class Model:
                 or job.generation != fence.generation or job.token != fence.token):
             return None
         return job
+
+    def live_dispatch(self, job: Job) -> Dispatch | None:
+        dispatch = job.dispatch
+        if dispatch is None or job.purged or job.status != "claimed" or dispatch.generation != job.generation:
+            return None
+        return dispatch
 
     def active_holder(self, queue: str, key: str | None) -> Job | None:
         if key is None:
@@ -254,9 +288,10 @@ class Model:
         job.status = "claimed"
         job.attempts += 1
         job.generation += 1
-        job.owner, job.token, job.short_lease = owner, token, short
+        job.owner, job.token, job.short_lease, job.lease_step = owner, token, short, now[1]
         job.cancel_requested = False
         self.ledger[token] = job.handle
+        job.claims.append((job.generation, owner))
         return job
 
     def recover(self, owner: str, token: str) -> Job | None:
@@ -266,8 +301,14 @@ class Model:
         job = self.jobs[handle]
         return self.live(Fence(handle, owner, job.generation, token)) if job.token == token else None
 
-    def renew(self, fence: Fence) -> bool:
-        return self.live(fence) is not None
+    def renew(self, fence: Fence, short: bool, now: tuple) -> bool:
+        """A heartbeat; a short one lets the claim lapse before the next step."""
+        job = self.live(fence)
+        if job is None:
+            return False
+        if short:
+            job.short_lease, job.lease_step = True, now[1]
+        return True
 
     def checkpoint(self, fence: Fence, step: str, value: Any) -> Any:
         job = self.live(fence)
@@ -307,7 +348,8 @@ class Model:
 
     def release(self, fence: Fence, later: bool, now: tuple) -> bool:
         job = self.live(fence)
-        if job is None or job.cancel_requested:
+        # Work handed to another system may exist: never requeued.
+        if job is None or job.cancel_requested or self.live_dispatch(job) is not None:
             return False
         job.attempts -= 1
         self._to_pending(job, None if later else now)
@@ -335,7 +377,7 @@ class Model:
     def reap(self, now: tuple) -> tuple[int, int, int, int]:
         requeued = failed = cancelled = 0
         for job in list(self.live_jobs()):
-            if job.status == "claimed" and job.short_lease:
+            if job.status == "claimed" and job.short_lease and self.live_dispatch(job) is None:
                 if job.cancel_requested:
                     self._finish(job, "cancelled", now)
                     cancelled += 1
@@ -356,6 +398,88 @@ class Model:
         for job in overdue:
             self._finish(job, "expired", now)
         return requeued, failed, cancelled, len(overdue)
+
+    # External execution (§19) ---------------------------------------------------
+    def reserve_dispatch(self, fence: Fence, backend: str, reservation_ref: str) -> bool:
+        job = self.live(fence)
+        if job is None or job.cancel_requested:
+            return False
+        dispatch = self.live_dispatch(job)
+        if dispatch is not None:
+            if (dispatch.backend, dispatch.reservation_ref) == (backend, reservation_ref):
+                return True
+            raise Refused("QF305")
+        job.dispatch = Dispatch(backend, job.generation, reservation_ref)
+        return True
+
+    def fenced_dispatch(self, fence: Fence) -> Dispatch | None:
+        """The live dispatch of a live fence's claim."""
+        job = self.live(fence)
+        return None if job is None else self.live_dispatch(job)
+
+    def finalize_dispatch(self, fence: Fence, reservation_ref: str, execution_ref: str) -> bool:
+        dispatch = self.fenced_dispatch(fence)
+        if dispatch is None or dispatch.reservation_ref != reservation_ref:
+            return False
+        if dispatch.state == "running":
+            return dispatch.execution_ref == execution_ref
+        dispatch.state, dispatch.execution_ref = "running", execution_ref
+        return True
+
+    def release_dispatch(self, fence: Fence, reservation_ref: str) -> bool:
+        dispatch = self.fenced_dispatch(fence)
+        if dispatch is None or dispatch.state != "reserved" or dispatch.reservation_ref != reservation_ref:
+            return False
+        self.jobs[fence.handle].dispatch = None
+        return True
+
+    def replace_dispatch_ref(self, fence: Fence, expected_ref: str, execution_ref: str) -> bool:
+        dispatch = self.fenced_dispatch(fence)
+        if dispatch is None or dispatch.state != "running":
+            return False
+        if dispatch.execution_ref == execution_ref:
+            return True
+        if dispatch.execution_ref != expected_ref:
+            return False
+        dispatch.execution_ref = execution_ref
+        return True
+
+    def adopt_dispatch(self, handle: int, backend: str, expected_ref: str, owner: str, token: str,
+                       short: bool, now: tuple) -> Job | None:
+        """A claim of a lapsed, dispatched job: generation + 1, no attempt
+        counted, the cancel request kept."""
+        job = self.jobs[handle]
+        if job.status != "claimed" or not job.short_lease:
+            return None
+        dispatch = self.live_dispatch(job)
+        if dispatch is None or dispatch.backend != backend or dispatch.recorded_ref != expected_ref:
+            return None
+        if token in self.ledger:
+            raise Refused("QF301")
+        job.generation += 1
+        job.owner, job.token, job.short_lease, job.lease_step, job.pid = owner, token, short, now[1], None
+        dispatch.generation = job.generation
+        self.ledger[token] = job.handle
+        job.claims.append((job.generation, owner))
+        return job
+
+    def lapsed_dispatches(self, backend: str) -> list[Job]:
+        """Every job whose repair page row would be this backend's, in the
+        page's order (ties by handle here; see repair_key)."""
+        lapsed = [job for job in self.live_jobs() if job.status == "claimed" and job.short_lease
+                  and (dispatch := self.live_dispatch(job)) is not None and dispatch.backend == backend]
+        return sorted(lapsed, key=lambda job: (self.repair_key(job), job.handle))
+
+    def repair_key(self, job: Job) -> tuple:
+        """Never checked first, by when the claim lapsed; then by the last check."""
+        checked = job.dispatch.checked_step
+        return (0, job.lease_step) if checked is None else (1, checked)
+
+    def dispatch_repair_candidates(self, backend: str, max_rows: int, now: tuple) -> list[Job]:
+        page = self.lapsed_dispatches(backend)[:max_rows]
+        for job in page:
+            job.dispatch.checked_step = now[1]
+        return page
 
     # Operators -------------------------------------------------------------
     def cancel(self, handle: int, force: bool, now: tuple) -> str | None:
