@@ -2,11 +2,13 @@
 guarantees.md §21): one event per change with who and which filter, where
 the queue keeps history and where it does not; a dependent of the
 selection cancelled once; concurrent actions in real sessions that neither
-deadlock nor change a job twice; notifications; and who may call what."""
+deadlock nor change a job twice; a job claimed while an action waits for its
+row, judged as the claim left it; notifications; and who may call what."""
 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -16,6 +18,7 @@ import fenceq
 from helpers import claim, payloads_until_barrier
 from test_pg_plans import _nested_plans
 from test_pg_roles import login  # noqa: F401 - the fixture
+from test_time_flow import PATIENCE, _waiting_on_a_lock
 
 
 def call(url: str, name: str, **args) -> int:
@@ -84,6 +87,42 @@ def test_a_dependent_in_the_selection_is_cancelled_once_and_not_counted(pg):
     assert [(e, d.get("reason")) for e, d in events(pg, dependent)] == [
         ("submitted", None), ("cancelled", "dependency_failed")]
     assert [e for e, _ in events(pg, first)] == ["submitted", "cancelled"]
+
+
+@pytest.mark.parametrize("include_claimed", [False, True])
+def test_a_job_claimed_while_cancel_jobs_waits_for_its_row_is_judged_as_claimed(pg, include_claimed):
+    """cancel_jobs chooses the job while it is pending; a claim in flight
+    holds its row, so the action is seen waiting for the lock
+    (pg_stat_activity), then judges the row as the claim left it: without
+    include_claimed the job no longer matches and is left alone, not counted."""
+    with pg.connect() as client:
+        client.create_queue("q")
+        job_id = client.submit("q", "t")
+    answers: list[int] = []
+    name = f"cancel-jobs-{include_claimed}"
+
+    def cancel() -> None:
+        with psycopg.connect(pg.url, autocommit=True, application_name=name) as conn:
+            answers.append(conn.execute("SELECT fenceq.cancel_jobs('q', job_ids => %s, include_claimed => %s)",
+                                        ([job_id], include_claimed)).fetchone()[0])
+
+    canceller = threading.Thread(target=cancel)
+    with psycopg.connect(pg.url) as claimer:  # its transaction stays open: the claim holds the row
+        claimed = claimer.execute("SELECT job_id FROM fenceq.claim_next('{q}', 'w', 'nonce-in-flight')").fetchone()
+        assert claimed == (job_id,)
+        canceller.start()
+        deadline = time.monotonic() + PATIENCE
+        while not _waiting_on_a_lock(pg, name):
+            assert time.monotonic() < deadline, "cancel_jobs never waited for the claimed row"
+            time.sleep(0.01)
+        assert answers == [], "it waits"
+        claimer.commit()
+    canceller.join(PATIENCE)
+    with pg.connect() as client:
+        job = client.get_job(job_id)
+    assert (job.status, job.generation, job.cancel_requested) == ("claimed", 1, include_claimed)
+    assert answers == [1 if include_claimed else 0]
+    assert [e for e, _ in events(pg, job_id)] == (["cancel_requested"] if include_claimed else [])
 
 
 def test_a_retry_notifies_and_the_job_is_claimed_at_once(pg):
