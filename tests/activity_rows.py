@@ -40,7 +40,8 @@ def record_activity(url: str, queue: str, minutes: list[dict]) -> datetime:
                      *(figures.get(d) for d in ("pending", "due", "running")), *hists))
     names = ", ".join(COLUMNS)
     if url.startswith("postgresql"):
-        with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
+        # No prepared statements: the URL may go through PgBouncer in transaction mode.
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn, conn.cursor() as cursor:
             cursor.executemany(f"INSERT INTO fenceq._activity ({names}) VALUES ({', '.join(['%s'] * 14)})", rows)
     else:  # SQLite keeps a minute as microseconds since the epoch, a histogram as JSON
         with contextlib.closing(sqlite3.connect(database_path(url))) as conn, conn:
