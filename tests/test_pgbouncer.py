@@ -175,6 +175,13 @@ def test_worker_drains_through_pgbouncer_polling(bounced: Database, tmp_path: Pa
                 for log, process in workers:
                     assert process.poll() is None, log.read_text()
                 time.sleep(0.1)
+        # One worker may drain the queue while the other is still importing:
+        # a SIGTERM before its handlers are installed would kill it outright.
+        while not all("worker_started" in [e.get("event") for e in log_events(log)] for log, _ in workers):
+            assert time.monotonic() < deadline, "timed out waiting for both workers to start"
+            for log, process in workers:
+                assert process.poll() is None, log.read_text()
+            time.sleep(0.1)
     finally:
         for _, process in workers:
             process.send_signal(signal.SIGTERM)
