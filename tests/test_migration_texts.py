@@ -42,6 +42,7 @@ RELEASED = {
 }
 
 V1_COMMIT = "8e56bfc"
+# The parts as version 1 named them, read from that commit (not from the tree).
 V1_PG_FILES = ["010_schema.sql", "020_helpers.sql", "030_queues.sql", "040_submit.sql",
                "050_workers.sql", "060_operators.sql", "070_verify.sql", "090_privileges.sql"]
 

@@ -34,8 +34,8 @@ def test_the_admission_check_the_plugin_leaves_out_is_found_once():
 
 def test_a_drifted_original_is_reported(tmp_path):
     (tmp_path / "sql" / "postgres").mkdir(parents=True)
-    (tmp_path / "sql" / "postgres" / "050_workers.sql").write_text("FOR UPDATE; FOR UPDATE;", encoding="utf-8")
-    mutant = mutants.Mutant(id="x", engine="postgres", file="sql/postgres/050_workers.sql", section="§1",
+    (tmp_path / "sql" / "postgres" / "051_fence.sql").write_text("FOR UPDATE; FOR UPDATE;", encoding="utf-8")
+    mutant = mutants.Mutant(id="x", engine="postgres", file="sql/postgres/051_fence.sql", section="§1",
                             guarantee="g", original="FOR UPDATE", replacement="", killers=("tests/test_claims.py::t",))
     found = mutants.problems([mutant], repo=tmp_path)
     assert any("occurs 2 times" in p for p in found)

@@ -1,11 +1,32 @@
--- fenceq for PostgreSQL, part 1e (version 7): what the operator's view over
--- time keeps (docs/design-v7.md, docs/guarantees.md §21). The functions that
--- write and read it are parts 8c (084_activity.sql), 8d (086_search.sql)
--- and 8e (088_bulk.sql).
+-- fenceq for PostgreSQL, part 1: what the operator reads back about jobs
+-- over time: each job's events (version 6, docs/design-v6.md,
+-- docs/guarantees.md §20), each queue's activity per minute and the row a
+-- search of the jobs returns (version 7, docs/design-v7.md, §21).
 --
--- Idempotent like part 1: every object is created only when missing. Nothing
--- here alters _jobs or any table the hot path writes but _dead_letters,
--- which gains one partial index (a final failure maintains it).
+-- Who writes it: _events is written by the function that makes a
+-- transition, in its transaction, through _record_event and _record_events
+-- (part 8b, 082_history.sql) and by _record_action and retry_jobs
+-- (088_bulk.sql); purge (060_operators.sql) deletes the events of the
+-- jobs it deletes and those past their queue's history_retention.
+-- _activity is written by sample_activity (part 8c, 084_activity.sql)
+-- alone, off the hot path.
+-- search_jobs (part 8d, 086_search.sql) returns job_search_row.
+
+-- Events: one row per transition of a job whose queue has history on,
+-- written by the function that makes the transition, in its transaction.
+CREATE TABLE IF NOT EXISTS fenceq._events (
+    job_id     text COLLATE "C" NOT NULL,
+    seq        bigint GENERATED ALWAYS AS IDENTITY,
+    queue      text COLLATE "C" NOT NULL,
+    at         timestamptz NOT NULL,
+    event      text COLLATE "C" NOT NULL,
+    generation bigint,
+    owner_id   text COLLATE "C",
+    detail     jsonb NOT NULL,
+    CONSTRAINT _events_pkey PRIMARY KEY (job_id, seq)
+);
+-- purge's retention: a queue's oldest events first.
+CREATE INDEX IF NOT EXISTS _events_queue_at_idx ON fenceq._events (queue, at);
 
 -- Activity: one row per queue and closed minute, written once by
 -- sample_activity from the jobs and the claim ledger, off the hot path. No
@@ -33,12 +54,6 @@ CREATE TABLE IF NOT EXISTS fenceq._activity (
     run_hist  integer[] NOT NULL,
     CONSTRAINT _activity_pkey PRIMARY KEY (queue, minute)
 );
-
--- replay_dead_letters reads a queue's unhandled letters, oldest first,
--- without reading the handled ones, which are never deleted.
-CREATE INDEX IF NOT EXISTS _dead_letters_unhandled_idx
-    ON fenceq._dead_letters (queue, failed_at)
-    WHERE replayed_at IS NULL AND discarded_at IS NULL;
 
 -- What search_jobs returns: fenceq.jobs' columns, then seq (the submission
 -- order it pages by). A type of its own because the function's parameters
