@@ -310,6 +310,8 @@ def complete_batch(fences, results=None) -> Op:
         if len(values) != len(arrays[0][2]):
             raise config_error("QF100", "results must have one element per fence")
         texts = [None if t == "null" else t for t in (v.json_value(r, "result") for r in values)]
+        if not any(texts):  # every result null: as no results (the argument's default)
+            texts = None
     return Op("complete_batch", _args(*arrays, ("results", "jsonb[]", texts), optional=("results",)),
               Shape.SCALAR, list[bool])
 

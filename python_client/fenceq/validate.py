@@ -201,9 +201,10 @@ def error_text(value: Any) -> str:
 def fence_parts(job: Any, owner: Any, generation: Any, token: Any) -> None:
     """The four fence parts must be well formed (QF106)."""
     ok = (
-        isinstance(job, str) and 1 <= len(job) <= 36 and _clean_text(job)
-        and isinstance(owner, str) and 1 <= len(owner) <= 255 and _clean_text(owner)
-        and isinstance(token, str) and 1 <= len(token) <= 255 and _clean_text(token)
+        isinstance(job, str) and 1 <= len(job) <= 36
+        and isinstance(owner, str) and 1 <= len(owner) <= 255
+        and isinstance(token, str) and 1 <= len(token) <= 255
+        and _clean_text(job + owner + token)  # one check: a surrogate stays unpaired when joined
         and isinstance(generation, int) and not isinstance(generation, bool)
         and 1 <= generation <= INT64_MAX
     )

@@ -82,7 +82,11 @@ def answer(op: Op, rows: list[dict[str, Any]], decoders: Decoders | None = None)
             return value
         decoder = decoders.get(kind_of(op.returns))
         return value if decoder is None else decoder(value)
-    records = [_record(op.returns, row, decoders) for row in rows]
+    return shaped(op, [_record(op.returns, row, decoders) for row in rows])
+
+
+def shaped(op: Op, records: list[Any]) -> Any:
+    """A ROW or ROWS method's answer from its records (or rows)."""
     if op.shape == Shape.ROWS:
         return records
     return records[0] if records else None

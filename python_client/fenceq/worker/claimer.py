@@ -18,7 +18,7 @@ import logging
 from typing import Callable
 
 from ..errors import ConfigError, PersistenceFailed
-from ..types import Claim, new_claim_token
+from ..types import Claim, new_claim_tokens
 from .pool import Pool
 from .settings import MAX_BATCH
 from .state import WorkerState
@@ -122,7 +122,7 @@ class Claimer:
     async def claim(self, count: int) -> list[Claim]:
         """Claim up to ``count`` jobs into the buffer, and start what fits."""
         settings, clock = self._state.settings, self._state.clock
-        tokens = [new_claim_token() for _ in range(count)]
+        tokens = new_claim_tokens(count)
         sent = clock.monotonic()
         lease, budget = settings.lease_delta, settings.budget_delta
         try:

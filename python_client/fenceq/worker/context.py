@@ -117,10 +117,13 @@ NO_REPORT = object()  # no progress report waiting (None is a report: it clears 
 class PendingProgress:
     """The latest progress report a handler made that the heartbeater has
     not sent yet: put from the handler (its thread, or the loop), taken by
-    the heartbeater, which sends it instead of the job's next heartbeat."""
+    the heartbeater, which sends it instead of the job's next heartbeat.
+    One lock serves every job's report (each holds it for an assignment or
+    two), so that a job does not make a lock of its own."""
+
+    _lock = threading.Lock()
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._value: Any = NO_REPORT
 
     def put(self, value: Any) -> None:

@@ -5,7 +5,6 @@ reaches into another unit."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 from collections import deque
@@ -85,10 +84,10 @@ class InFlight:
     reservation_ref: str | None = None  # its ctx.dispatch reserved under this ref (None again once released)
     execution_ref: str | None = None    # ... and finalized with this one
     ctx: Any = None
+    fence: Fence = field(init=False)  # the claim's, made once: every write of the job carries it
 
-    @functools.cached_property
-    def fence(self) -> Fence:
-        return self.claim.fence
+    def __post_init__(self) -> None:
+        self.fence = self.claim.fence
 
     @property
     def fields(self) -> dict[str, Any]:
