@@ -226,10 +226,12 @@ def record_rows(record: type) -> Any:
     when the columns are the record's fields in order (a claim's are),
     which spares a dict and a keyword call per row; else by name."""
     fields = tuple(field.name for field in dataclasses.fields(record))
+    # A keyword-only field (SearchedJob's seq) cannot be passed by position.
+    positional = not any(field.kw_only for field in dataclasses.fields(record))
 
     def for_cursor(cursor: Any) -> Any:
         names = tuple(column.name for column in cursor.description or ())
-        if names == fields:
+        if positional and names == fields:
             return lambda values: record(*values)
         return lambda values: record(**dict(zip(names, values)))
 
