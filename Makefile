@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FENCEQ_TEST_PG_PORT ?= 54329
 
-.PHONY: test-django6 install test test-isolation bench profile sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
+.PHONY: test-django6 install test test-isolation test-system bench profile sql demo docs schema privileges pg-start pg-stop clean test-pg16 test-pgbouncer fuzz model
 
 install: $(VENV)/.installed
 
@@ -21,8 +21,14 @@ pg-stop:
 	@scripts/pg-test-server stop
 
 test: install pg-start
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not system"
 	$(MAKE) test-isolation
+
+# The whole-program runs (tests/conftest.py's SYSTEM_RUNS: the demo, the
+# dashboard CLI, the quick start page, the bench smoke runs, each module
+# imported alone), left out of `make test` to keep it under 15 minutes.
+test-system: install pg-start
+	$(BIN)/pytest -q -m system
 
 # Issue 19 §1: every race docs/guarantees.md names, pinned with PostgreSQL's
 # own isolation tester against the test server (docs/testing.md).

@@ -46,6 +46,7 @@ def pg_url(dbname: str, port: int = PG_PORT) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pg_conformance: runs on the PostgreSQL half of the db fixture")
     config.addinivalue_line("markers", "pg_server: uses the test PostgreSQL server (pg_conformance, or pg)")
+    config.addinivalue_line("markers", "system: a whole-program run, in make test-system rather than make test")
 
 
 # Conformance tests that migrate or roll back db.url: migrations need a
@@ -57,8 +58,17 @@ NEEDS_DIRECT_CONNECTION = frozenset({
     "test_rolling_back_to_version_2_refuses_while_a_lock_row_exists"})
 
 
+# Whole-program runs (each starts the CLI, a demo, a page's commands or a
+# bench in subprocesses): `make test-system` runs them, `make test` leaves
+# them out to stay under 15 minutes; CI runs both.
+SYSTEM_RUNS = ("tests/worker/test_demo.py::", "tests/test_dashboard_cli.py::", "tests/test_quickstart.py::",
+               "tests/test_bench_", "tests/test_backends.py::test_every_module_imports_on_its_own")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if item.nodeid.startswith(SYSTEM_RUNS):
+            item.add_marker("system")
         callspec = getattr(item, "callspec", None)
         conformance = callspec is not None and callspec.params.get("db") == "postgres"
         if conformance:
