@@ -26,7 +26,8 @@ test: install pg-start
 
 # The whole-program runs (tests/conftest.py's SYSTEM_RUNS: the demo, the
 # dashboard CLI, the quick start page, the bench smoke runs, each module
-# imported alone), left out of `make test` to keep it under 15 minutes.
+# imported alone) and the short profiles of fuzz and the model, left out of
+# `make test` to keep it under 15 minutes.
 test-system: install pg-start
 	$(BIN)/pytest -q -m system
 
@@ -208,7 +209,7 @@ mutants: install pg-start
 	$(BIN)/python tests/mutants/run.py $(if $(MUTANTS),--only $(MUTANTS))
 
 # Issue 19 §3: the model and both engines in lockstep (tests/model), the long
-# profile; `make test` runs the short one (50 examples of 30 steps, the same
+# profile; `make test-system` runs the short one (50 examples of 30 steps, the same
 # every run). Random examples; MODEL_REPORT gets the outcome counts (JSON).
 MODEL_EXAMPLES ?= 5000
 MODEL_STEPS ?= 50

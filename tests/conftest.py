@@ -59,10 +59,14 @@ NEEDS_DIRECT_CONNECTION = frozenset({
 
 
 # Whole-program runs (each starts the CLI, a demo, a page's commands or a
-# bench in subprocesses): `make test-system` runs them, `make test` leaves
-# them out to stay under 15 minutes; CI runs both.
+# bench in subprocesses) and the short profiles of fuzz and the model:
+# `make test-system` runs them, `make test`
+# leaves them out to stay under 15 minutes; CI runs both.
 SYSTEM_RUNS = ("tests/worker/test_demo.py::", "tests/test_dashboard_cli.py::", "tests/test_quickstart.py::",
-               "tests/test_bench_", "tests/test_backends.py::test_every_module_imports_on_its_own")
+               "tests/test_bench_", "tests/test_backends.py::test_every_module_imports_on_its_own",
+               "tests/fuzz/test_fuzz.py::test_every_postgres_function_answers_only_allowed_codes",
+               "tests/fuzz/test_fuzz.py::test_every_sqlite_operation_answers_only_allowed_codes",
+               "tests/model/test_model.py::test_model_and_engines_agree")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
