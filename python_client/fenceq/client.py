@@ -117,8 +117,15 @@ class _Operations:
                     lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
         return self._call(ops.claim_batch(queues, owner_id, claim_tokens, lease, budget))
 
+    def claim_jobs(self, queues: Sequence[str], owner_id: str, claim_nonce: str, max_jobs: int, *,
+                   lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
+        return self._call(ops.claim_jobs(queues, owner_id, claim_nonce, max_jobs, lease, budget))
+
     def recover_claim(self, owner_id: str, claim_token: str) -> Claim | None:
         return self._call(ops.recover_claim(owner_id, claim_token))
+
+    def recover_claims(self, owner_id: str, claim_nonce: str) -> list[Claim]:
+        return self._call(ops.recover_claims(owner_id, claim_nonce))
 
     def heartbeat(self, fence: Fence, *, lease: timedelta | None = None) -> bool:
         return self._call(ops.heartbeat(fence, lease))

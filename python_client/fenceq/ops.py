@@ -266,6 +266,26 @@ def claim_batch(queues, owner_id, claim_tokens, lease=None, budget=None) -> Op:
     ), Shape.ROWS, Claim)
 
 
+def claim_jobs(queues, owner_id, claim_nonce, max_jobs, lease=None, budget=None) -> Op:
+    return Op("claim_jobs", _args(
+        ("queues", "text[]", v.names(queues, "queues")),
+        ("owner_id", "text", v.name(owner_id, "owner_id")),
+        ("claim_nonce", "text", v.name(claim_nonce, "claim_nonce")),
+        ("max_jobs", "integer", v.integer(max_jobs, "max_jobs", nullable=False, minimum=1, maximum=v.MAX_BATCH)),
+        ("lease", "interval", v.duration(lease, "lease")),
+        ("budget", "interval", v.duration(budget, "budget")),
+        optional=("lease", "budget"),
+    ), Shape.ROWS, Claim)
+
+
+def recover_claims(owner_id, claim_nonce) -> Op:
+    """recover_claim's every row: all the live claims of one claim_jobs call
+    (or the one claim of a per-job token)."""
+    return Op("recover_claim", _args(("owner_id", "text", v.name(owner_id, "owner_id")),
+                                     ("claim_token", "text", v.name(claim_nonce, "claim_nonce"))),
+              Shape.ROWS, Claim, writes=False)
+
+
 def recover_claim(owner_id, claim_token) -> Op:
     return Op("recover_claim", _args(("owner_id", "text", v.name(owner_id, "owner_id")),
                                      ("claim_token", "text", v.name(claim_token, "claim_token"))),
