@@ -16,6 +16,24 @@
 -- columns they change (lease_expires_at, pid, progress, progress_at). State
 -- changes touch indexed columns (status, scheduled, run_at, finished_at)
 -- and are ordinary updates.
+-- One claim of a job by a claim_jobs call (version 8): the job's fence at
+-- that claim but the job id, and when it was made. A job's call_claims
+-- lists them, so that the attempts view and the activity sampler read a
+-- call's claims from the job rows, where the call's one ledger row (part
+-- 1: _claims) names the jobs but not their generations.
+DO $$
+BEGIN
+    IF to_regtype('fenceq._call_claim') IS NULL THEN
+        CREATE TYPE fenceq._call_claim AS (
+            generation  bigint,
+            owner_id    text,
+            claimed_at  timestamptz,
+            claim_nonce text
+        );
+    END IF;
+END
+$$;
+
 CREATE TABLE IF NOT EXISTS fenceq._jobs (
     seq               bigint GENERATED ALWAYS AS IDENTITY,
     job_id            text COLLATE "C" NOT NULL,
@@ -61,6 +79,11 @@ CREATE TABLE IF NOT EXISTS fenceq._jobs (
     -- Which of the two sets of pending jobs the job waits in (version 5,
     -- part 1c, below).
     scheduled         boolean NOT NULL DEFAULT false,
+    -- The job's claims by claim_jobs calls, oldest first (version 8): the
+    -- claim that made each call's ledger row name the job appends one.
+    -- NULL until the first; claim_next, claim_batch and adopt_dispatch
+    -- record their claims in _claims instead.
+    call_claims       fenceq._call_claim[],
     CONSTRAINT _jobs_pkey PRIMARY KEY (job_id),
     CONSTRAINT _jobs_status_check CHECK (status IN
         ('pending', 'claimed', 'completed', 'failed', 'cancelled', 'expired')),

@@ -1,10 +1,12 @@
 -- fenceq for PostgreSQL, part 5: claims.
 --
 -- What it holds: the functions that hand due jobs to workers: claim_next,
--- claim_batch (also claim_next's general path) and their helpers _move_due
--- (moves the jobs that fell due from the later set to the ready set, part
--- 1c) and _pick_limited (queues with limits); recover_claim, a read-only
--- answer to an uncertain claim.
+-- claim_batch (also claim_next's general path), claim_jobs (one nonce per
+-- call, version 8) and their helpers _move_due (moves the jobs that fell
+-- due from the later set to the ready set, part 1c), _pick_limited (queues
+-- with limits), _pick (the pick of every claim but claim_next's fast path)
+-- and _claim_picked (the claim of what _pick locked); recover_claim, a
+-- read-only answer to an uncertain claim.
 -- What they write: _jobs (pending -> claimed, with a new fence), the claim
 -- ledger _claims, the rate window _rate_window and, for queues with
 -- history on, _events (part 8b).
@@ -216,7 +218,7 @@ COMMENT ON FUNCTION fenceq.claim_next(text[], text, text, interval, interval) IS
 -- The rate window is exact because claims of the queue are serialised: a
 -- claim is allowed while fewer than rate_limit claims lie in the last
 -- rate_period, so no window of that length ever holds more (the claims are
--- recorded by claim_batch at a time no earlier than this check).
+-- recorded by _claim_picked at a time no earlier than this check).
 CREATE OR REPLACE FUNCTION fenceq._pick_limited(queue text, wanted integer)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -291,19 +293,211 @@ $$;
 COMMENT ON FUNCTION fenceq._pick_limited(text, integer) IS
     'Private. Lock and return, in claim order, the due jobs of a queue with limits that its limits allow now.';
 
--- claim_batch: claim up to one job per token (tokens used in array order),
--- across queues, in priority / run_at / submission order. A repeated or
--- already used token raises QF301 before anything is claimed. It is also
--- claim_next's general path.
+-- _pick: lock and return, in claim order, up to `wanted` due jobs across
+-- `queues` (declared, checked names), and whether one of them is at the
+-- largest generation. The one pick of every claim but claim_next's fast
+-- path: claim_batch and claim_jobs call it, then claim what it returns.
 -- Locking: FOR UPDATE SKIP LOCKED on job rows only (the queue rows are read
 -- without locks), so concurrent claimers never wait on each other and never
 -- get the same job. One queue: one ordered scan of its claim index. Several:
 -- the head rows of each queue's scan are locked and merged; the heads not
--- claimed stay locked until the caller's transaction ends (in autocommit, at
--- once). Then one statement claims every picked job and records its token.
--- A queue with limits (set_queue_limits) is the exception: its claimers take
--- turns on its queue row (_pick_limited), and it offers only what its limits
--- allow, possibly nothing; a limit never raises.
+-- picked stay locked until the caller's transaction ends (in autocommit, at
+-- once). A queue with limits (set_queue_limits) is the exception: its
+-- claimers take turns on its queue row (_pick_limited), and it offers only
+-- what its limits allow, possibly nothing; a limit never raises.
+-- QF101 for an undeclared queue; picked is NULL when nothing is due.
+CREATE OR REPLACE FUNCTION fenceq._pick(
+    queues text[], wanted integer, OUT picked text[], OUT exhausted boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_active text[];
+    v_known integer;
+    v_limited text[];
+    v_offered text[] := '{}';
+    v_now timestamptz;
+BEGIN
+    v_now := clock_timestamp();
+    IF cardinality(_pick.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _pick.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
+                                               v_queue.rate_limit) > 0 THEN
+            picked := fenceq._pick_limited(v_queue.queue, _pick.wanted);
+            exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                                  WHERE j.job_id = ANY (_pick.picked) AND j.generation = 9223372036854775807);
+        ELSIF NOT v_queue.paused THEN
+            IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                        WHERE l.queue = v_queue.queue AND l.status = 'pending' AND l.scheduled
+                          AND l.run_at <= v_now) THEN
+                PERFORM fenceq._move_due(v_queue.queue, v_now);
+            END IF;
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO picked, exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                       AND j.run_at <= v_now AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT _pick.wanted
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
+        END IF;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
+               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
+          INTO v_active, v_limited, v_known
+          FROM (SELECT q.queue, q.paused,
+                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
+                  FROM fenceq._queues AS q WHERE q.queue = ANY (_pick.queues)) AS q;
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_pick.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        -- Queues with limits offer what their limits allow (locking their
+        -- rows in name order, so claimers never deadlock); the merge below
+        -- takes the best of those and of the other queues' heads.
+        IF v_limited IS NOT NULL THEN
+            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, _pick.wanted))
+                                 FROM unnest(v_limited) AS l(name));
+        END IF;
+        PERFORM fenceq._move_due(a.name, v_now) FROM unnest(v_active) AS a(name)
+          WHERE EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                         WHERE l.queue = a.name AND l.status = 'pending' AND l.scheduled AND l.run_at <= v_now);
+        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND NOT j.scheduled
+                           AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                    UNION ALL
+                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
+                     ORDER BY priority DESC, run_at, seq
+                     LIMIT $2) AS c
+            $sql$ INTO picked, exhausted USING coalesce(v_active, '{}'), _pick.wanted, v_now, v_offered;
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION fenceq._pick(text[], integer) IS
+    'Private. Lock and return, in claim order, up to wanted due jobs across queues, and whether one is at the largest generation.';
+
+-- _claim_picked: claim the jobs _pick locked, in its order, with one
+-- statement for every claim but claim_next's fast path. Either each job i
+-- gets claim_tokens[i], recorded as its own ledger row (claim_batch), or
+-- every job gets claim_nonce, recorded as one ledger row for the call that
+-- names the jobs, each job row keeping the claim in its call_claims
+-- (claim_jobs). The lease and budget start when the rows are held (the
+-- clock is read here, after _pick's locks). Storage must keep exactly what
+-- was sent: a trigger or coercion that changes it rolls the whole claim
+-- back (QF302); a token or nonce the ledger already holds rolls it back
+-- with QF301 (a concurrent claim with it waits on the ledger's key, then
+-- conflicts).
+CREATE OR REPLACE FUNCTION fenceq._claim_picked(
+    picked text[], owner_id text, claim_tokens text[], claim_nonce text,
+    lease interval, budget interval)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := clock_timestamp();  -- read after the picked rows are locked
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_logged text[];  -- the claimed jobs whose queues keep events (part 8b)
+BEGIN
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal,
+               coalesce(_claim_picked.claim_nonce, _claim_picked.claim_tokens[p.ordinal]) AS token
+          FROM unnest(_claim_picked.picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = _claim_picked.owner_id,
+               claim_token = p.token,
+               lease = coalesce(_claim_picked.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(_claim_picked.lease, q.lease),
+                                        v_now + _claim_picked.budget),
+               budget_expires_at = v_now + _claim_picked.budget,
+               cancel_requested = false,
+               pid = NULL,
+               call_claims = CASE WHEN _claim_picked.claim_nonce IS NULL THEN j.call_claims
+                                  ELSE j.call_claims || ROW(j.generation + 1, _claim_picked.owner_id, v_now,
+                                                            _claim_picked.claim_nonce)::fenceq._call_claim END
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated, q.history AS logged),
+    rated AS (
+        INSERT INTO fenceq._rate_window (queue, claimed_at)
+        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at, job_ids)
+        SELECT c.sent_token, c.job_id, c.generation, _claim_picked.owner_id, v_now, NULL
+          FROM claimed AS c WHERE _claim_picked.claim_nonce IS NULL
+        UNION ALL
+        SELECT _claim_picked.claim_nonce, NULL, NULL, _claim_picked.owner_id, v_now,
+               array_agg(c.job_id ORDER BY c.ordinal)
+          FROM claimed AS c HAVING _claim_picked.claim_nonce IS NOT NULL
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING cardinality(c.job_ids) AS jobs)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT sum(coalesce(r.jobs, 1)) FROM recorded AS r),
+           bool_or(c.owner_id IS DISTINCT FROM _claim_picked.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
+           array_agg(c.job_id ORDER BY c.ordinal) FILTER (WHERE c.logged)
+      INTO v_claims, v_recorded, v_changed, v_logged
+      FROM claimed AS c;
+    IF v_changed OR cardinality(v_claims) IS DISTINCT FROM cardinality(_claim_picked.picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded IS DISTINCT FROM cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'claimed');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
+END
+$$;
+COMMENT ON FUNCTION fenceq._claim_picked(text[], text, text[], text, interval, interval) IS
+    'Private. Claim the jobs _pick locked, in its order: token i for job i with a ledger row each, or one nonce for all with one ledger row for the call.';
+
+-- claim_batch: claim up to one job per token (tokens used in array order),
+-- across queues, in priority / run_at / submission order. A repeated or
+-- already used token raises QF301 before anything is claimed. It is also
+-- claim_next's general path.
+-- Locking: _pick's (SKIP LOCKED on job rows; a queue with limits, its queue
+-- row); then one statement claims every picked job and records its token.
 CREATE OR REPLACE FUNCTION fenceq.claim_batch(
     queues text[], owner_id text, claim_tokens text[],
     lease interval DEFAULT NULL, budget interval DEFAULT NULL)
@@ -317,18 +511,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_count integer := cardinality(claim_batch.claim_tokens);
-    v_queue fenceq._queues;
-    v_active text[];
-    v_known integer;
-    v_limited text[];
-    v_offered text[] := '{}';
-    v_now timestamptz;
     v_picked text[];
-    v_claims fenceq.claim[];
-    v_recorded integer;
-    v_changed boolean;
     v_exhausted boolean;
-    v_logged text[];  -- the claimed jobs whose queues keep events (part 8b)
 BEGIN
     -- Fast paths for the usual well-formed calls: one query-free expression
     -- for a single claim, one expression for a batch numbered from 1.
@@ -361,79 +545,8 @@ BEGIN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
-    v_now := clock_timestamp();
-    IF cardinality(claim_batch.queues) = 1 THEN
-        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = claim_batch.queues[1];
-        IF NOT FOUND THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
-                                               v_queue.rate_limit) > 0 THEN
-            v_picked := fenceq._pick_limited(v_queue.queue, v_count);
-            v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
-                                    WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
-        ELSIF NOT v_queue.paused THEN
-            IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
-                        WHERE l.queue = v_queue.queue AND l.status = 'pending' AND l.scheduled
-                          AND l.run_at <= v_now) THEN
-                PERFORM fenceq._move_due(v_queue.queue, v_now);
-            END IF;
-            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
-              INTO v_picked, v_exhausted FROM (
-                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
-                    SELECT j.job_id, j.generation
-                      FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
-                       AND j.run_at <= v_now AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                     ORDER BY j.priority DESC, j.run_at, j.seq
-                     LIMIT v_count
-                       FOR UPDATE SKIP LOCKED) AS j) AS p;
-        END IF;
-    ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
-               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
-          INTO v_active, v_limited, v_known
-          FROM (SELECT q.queue, q.paused,
-                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
-                  FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues)) AS q;
-        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        -- Queues with limits offer what their limits allow (locking their
-        -- rows in name order, so claimers never deadlock); the merge below
-        -- takes the best of those and of the other queues' heads.
-        IF v_limited IS NOT NULL THEN
-            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
-                                 FROM unnest(v_limited) AS l(name));
-        END IF;
-        PERFORM fenceq._move_due(a.name, v_now) FROM unnest(v_active) AS a(name)
-          WHERE EXISTS (SELECT 1 FROM fenceq._jobs AS l
-                         WHERE l.queue = a.name AND l.status = 'pending' AND l.scheduled AND l.run_at <= v_now);
-        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
-            -- EXECUTE plans this statement for its actual values every time: a
-            -- generic plan of the per-queue merge can lose the ordered index scan.
-            EXECUTE $sql$
-                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
-                       bool_or(c.generation = 9223372036854775807) FROM (
-                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
-                      FROM unnest($1::text[]) AS a(name)
-                     CROSS JOIN LATERAL (
-                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
-                          FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending' AND NOT j.scheduled
-                           AND j.run_at <= $3
-                           AND (j.expires_at IS NULL OR j.expires_at > $3)
-                         ORDER BY j.priority DESC, j.run_at, j.seq
-                         LIMIT $2
-                           FOR UPDATE OF j SKIP LOCKED) AS c
-                    UNION ALL
-                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
-                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
-                     ORDER BY priority DESC, run_at, seq
-                     LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING coalesce(v_active, '{}'), v_count, v_now, v_offered;
-        END IF;
-    END IF;
+    SELECT p.picked, p.exhausted INTO v_picked, v_exhausted
+      FROM fenceq._pick(claim_batch.queues, v_count) AS p;
 
     -- A used token is refused even when there is nothing to claim. Tokens
     -- spent on picked jobs are checked by the ledger insert below (its
@@ -450,64 +563,90 @@ BEGIN
     IF v_exhausted THEN
         PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
     END IF;
-    v_now := clock_timestamp();  -- read after the picked rows are locked
-
-    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
-    -- trigger or coercion that changes it rolls the whole claim back (QF302).
-    WITH picked AS (
-        SELECT p.job_id, p.ordinal, claim_batch.claim_tokens[p.ordinal] AS token
-          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
-    claimed AS (
-        UPDATE fenceq._jobs AS j
-           SET status = 'claimed',
-               attempts = j.attempts + 1,
-               generation = j.generation + 1,
-               owner_id = claim_batch.owner_id,
-               claim_token = p.token,
-               lease = coalesce(claim_batch.lease, q.lease),
-               lease_expires_at = least(v_now + coalesce(claim_batch.lease, q.lease), v_now + claim_batch.budget),
-               budget_expires_at = v_now + claim_batch.budget,
-               cancel_requested = false,
-               pid = NULL
-          FROM picked AS p, fenceq._queues AS q
-         WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated, q.history AS logged),
-    rated AS (
-        INSERT INTO fenceq._rate_window (queue, claimed_at)
-        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
-    recorded AS (
-        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
-        SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
-        ON CONFLICT (claim_token) DO NOTHING
-        RETURNING 1)
-    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
-                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
-                         c.cancel_requested, c.submission_id,
-                         -- Checkpoints need a live fence: a first claim has none to read.
-                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
-                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
-           (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
-           array_agg(c.job_id ORDER BY c.ordinal) FILTER (WHERE c.logged)
-      INTO v_claims, v_recorded, v_changed, v_logged
-      FROM claimed AS c;
-    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
-        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
-    END IF;
-    IF v_recorded <> cardinality(v_claims) THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-    IF v_logged IS NOT NULL THEN
-        PERFORM fenceq._record_events(v_logged, 'claimed');
-    END IF;
-    RETURN QUERY SELECT * FROM unnest(v_claims);
+    RETURN QUERY SELECT * FROM fenceq._claim_picked(v_picked, claim_batch.owner_id,
+        claim_batch.claim_tokens, NULL, claim_batch.lease, claim_batch.budget);
 END
 $$;
 COMMENT ON FUNCTION fenceq.claim_batch(text[], text, text[], interval, interval) IS
     'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
 
--- recover_claim: the live claim this exact owner made with this nonce, or no
--- row. Read-only: it neither claims again nor renews.
+-- claim_jobs: claim up to max_jobs jobs across queues, with claim_batch's
+-- rules and order, under one caller nonce for the whole call (version 8).
+-- Every job of the call gets the fence (job_id, owner_id, generation,
+-- claim_nonce), and the ledger records the nonce once, naming the call's
+-- jobs: a call costs one ledger row, not one per job.
+-- Locking: _pick's (SKIP LOCKED on job rows; a queue with limits, its queue
+-- row); a concurrent call with the same nonce waits on the ledger's key.
+-- Not idempotent by design: each call needs a fresh nonce, and a nonce (or
+-- a token of claim_next, claim_batch or adopt_dispatch) already spent
+-- raises QF301, also when nothing is due; after an uncertain answer call
+-- recover_claim with the same nonce, which returns every job of the call
+-- still claimed. Zero rows: nothing eligible, and the nonce is not spent.
+CREATE OR REPLACE FUNCTION fenceq.claim_jobs(
+    queues text[], owner_id text, claim_nonce text, max_jobs integer,
+    lease interval DEFAULT NULL, budget interval DEFAULT NULL)
+RETURNS SETOF fenceq.claim
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_picked text[];
+    v_exhausted boolean;
+BEGIN
+    -- The usual well-formed call is one query-free expression; otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(array_ndims(claim_jobs.queues) = 1 AND array_lower(claim_jobs.queues, 1) = 1
+                    AND cardinality(claim_jobs.queues) BETWEEN 1 AND 10000
+                    AND length(claim_jobs.owner_id) BETWEEN 1 AND 255
+                    AND length(claim_jobs.claim_nonce) BETWEEN 1 AND 255
+                    AND claim_jobs.max_jobs BETWEEN 1 AND 10000
+                    AND fenceq._is_plain_duration(claim_jobs.lease)
+                    AND fenceq._is_plain_duration(claim_jobs.budget)
+                    AND (cardinality(claim_jobs.queues) = 1 AND length(claim_jobs.queues[1]) BETWEEN 1 AND 255
+                         OR (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_jobs.queues) AS n(name))), false) THEN
+        PERFORM fenceq._check_names(claim_jobs.queues, 'queues');
+        PERFORM fenceq._check_name(claim_jobs.owner_id, 'owner_id');
+        PERFORM fenceq._check_name(claim_jobs.claim_nonce, 'claim_nonce');
+        IF claim_jobs.max_jobs IS NULL OR claim_jobs.max_jobs NOT BETWEEN 1 AND 10000 THEN
+            PERFORM fenceq._raise('QF104', 'max_jobs must be an integer from 1 to 10000');
+        END IF;
+        PERFORM fenceq._check_interval(claim_jobs.lease, 'lease');
+        PERFORM fenceq._check_interval(claim_jobs.budget, 'budget');
+        claim_jobs.queues := ARRAY(SELECT unnest(claim_jobs.queues));  -- numbered from 1
+    END IF;
+    -- A spent nonce is refused even when there is nothing to claim (and
+    -- before any job is locked); a concurrent spend is caught by the
+    -- ledger's key in _claim_picked.
+    IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_jobs.claim_nonce) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    SELECT p.picked, p.exhausted INTO v_picked, v_exhausted
+      FROM fenceq._pick(claim_jobs.queues, claim_jobs.max_jobs) AS p;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    RETURN QUERY SELECT * FROM fenceq._claim_picked(v_picked, claim_jobs.owner_id, NULL,
+        claim_jobs.claim_nonce, claim_jobs.lease, claim_jobs.budget);
+END
+$$;
+COMMENT ON FUNCTION fenceq.claim_jobs(text[], text, text, integer, interval, interval) IS
+    'Claim up to max_jobs jobs across queues under one nonce: each job''s fence carries the nonce, the ledger records it once. QF301 when the nonce was spent; recover_claim with it returns the call''s live claims.';
+
+-- recover_claim: the live claims this exact owner made with this token or
+-- nonce: zero or one row for a token of claim_next, claim_batch or
+-- adopt_dispatch; for the nonce of a claim_jobs call (version 8), every job
+-- of the call still claimed under it, in the call's order (those settled,
+-- released or taken over since are left out). Read-only: it neither claims
+-- again nor renews, and calling it again answers the same until a lease
+-- lapses or a claim is settled.
 CREATE OR REPLACE FUNCTION fenceq.recover_claim(owner_id text, claim_token text)
 RETURNS SETOF fenceq.claim
 LANGUAGE plpgsql
@@ -517,22 +656,23 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_job fenceq._jobs;
+    v_job_ids text[];
+    v_now timestamptz;
 BEGIN
     PERFORM fenceq._check_name(recover_claim.owner_id, 'owner_id');
     PERFORM fenceq._check_name(recover_claim.claim_token, 'claim_token');
-    SELECT j.* INTO v_job
-      FROM fenceq._claims AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id
-     WHERE c.claim_token = recover_claim.claim_token;
-    IF fenceq._is_live(v_job, recover_claim.owner_id, v_job.generation,
-                       recover_claim.claim_token, clock_timestamp()) THEN
-        RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority,
-            v_job.attempts, v_job.max_attempts, v_job.owner_id, v_job.generation,
-            v_job.claim_token, v_job.lease_expires_at, v_job.budget_expires_at,
-            v_job.cancel_requested, v_job.submission_id,
-            fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
-    END IF;
+    SELECT coalesce(c.job_ids, ARRAY[c.job_id]) INTO v_job_ids
+      FROM fenceq._claims AS c WHERE c.claim_token = recover_claim.claim_token;
+    v_now := clock_timestamp();
+    RETURN QUERY
+        SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts, j.owner_id,
+               j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at, j.cancel_requested,
+               j.submission_id, fenceq._checkpoints_of(j.job_id)
+          FROM unnest(v_job_ids) WITH ORDINALITY AS k(job_id, ordinal)
+          JOIN fenceq._jobs AS j ON j.job_id = k.job_id
+         WHERE fenceq._is_live(j, recover_claim.owner_id, j.generation, recover_claim.claim_token, v_now)
+         ORDER BY k.ordinal;
 END
 $$;
 COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
-    'The live claim made by this exact owner and claim token, or no row. Does not claim again and does not renew the lease.';
+    'The live claims made by this exact owner with this claim token (zero or one row) or claim_jobs nonce (every job of the call still claimed under it). Does not claim again and does not renew the lease.';

@@ -107,10 +107,19 @@ SELECT c.job_id, c.step, c.value, c.generation, c.recorded_at
   FROM fenceq._checkpoints AS c;
 COMMENT ON VIEW fenceq.checkpoints IS 'Recorded checkpoints: one value per (job, step), with the generation that wrote it.';
 
+-- attempts: the ledger's rows of claims by token, and the claims by
+-- claim_jobs calls that the job rows keep (version 8; a call's one ledger
+-- row names its jobs, not their generations). A filter on job_id reads one
+-- index range of the ledger and one job row.
 CREATE OR REPLACE VIEW fenceq.attempts AS
 SELECT c.job_id, c.generation, c.owner_id, c.claimed_at
-  FROM fenceq._claims AS c;
-COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
+  FROM fenceq._claims AS c
+ WHERE c.job_id IS NOT NULL
+UNION ALL
+SELECT j.job_id, k.generation, k.owner_id, k.claimed_at
+  FROM fenceq._jobs AS j
+ CROSS JOIN LATERAL unnest(j.call_claims) AS k;
+COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger and the job rows), without claim tokens or nonces.';
 
 -- queue_stats reads pending and claimed jobs through their partial indexes,
 -- never the terminal history.
@@ -199,6 +208,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_ids text[];
+    v_nonces text[];
     v_cutoff timestamptz;
 BEGIN
     PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
@@ -220,6 +230,11 @@ BEGIN
          ORDER BY j.finished_at
          LIMIT purge.max_rows
            FOR UPDATE SKIP LOCKED) AS t;
+    -- The nonces of the claim_jobs calls that claimed them: each call's
+    -- ledger row goes with the last of its jobs, below.
+    SELECT coalesce(array_agg(DISTINCT k.claim_nonce), '{}') INTO v_nonces
+      FROM fenceq._jobs AS j CROSS JOIN LATERAL unnest(j.call_claims) AS k
+     WHERE j.job_id = ANY (v_ids);
     DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
     DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
     -- A terminal job's edges are settled (satisfied, or the dependent
@@ -229,6 +244,12 @@ BEGIN
     DELETE FROM fenceq._events AS e WHERE e.job_id = ANY (v_ids);
     DELETE FROM fenceq._dispatches AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    -- A purge of another job of the same call, concurrent with this one,
+    -- can leave a call's row behind: its nonce then stays spent, the safe
+    -- side of "a nonce claims at most once".
+    DELETE FROM fenceq._claims AS c
+     WHERE c.claim_token = ANY (v_nonces) AND c.job_ids IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (c.job_ids));
     -- Each queue's retention (part 8b) bounds its events on their own:
     -- at most max_rows of them, oldest first per queue.
     DELETE FROM fenceq._events AS e
@@ -345,7 +366,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '7';
+    RETURN '8';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

@@ -121,7 +121,8 @@ COMMENT ON FUNCTION fenceq._histogram_percentile(integer[], bigint[], double pre
 -- through their partial indexes, as queue_stats reads them) and the jobs
 -- that finished since the oldest minute written (one range of
 -- _jobs_finished_idx), with the claims of those created before their
--- queue's last minute written (_claims_job_idx). Every job that did anything
+-- queue's last minute written (_claims_job_idx, and the claims by
+-- claim_jobs calls the job rows keep in call_claims). Every job that did anything
 -- in those minutes is among them unless purged meanwhile. Per minute:
 -- submitted (created_at in it), claimed (ledger rows with claimed_at in
 -- it), retried (of those, claims after the job's first: generation > 1),
@@ -186,10 +187,12 @@ BEGIN
         WITH windows AS (
             SELECT w.queue, w.m0, w.m1 FROM unnest(v_queues, v_starts, v_stops) AS w(queue, m0, m1)),
         live AS MATERIALIZED (
-            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation,
+                   j.call_claims
               FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'pending'
             UNION ALL
-            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation,
+                   j.call_claims
               FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'claimed'),
         depth AS (
             SELECT l.queue, count(*) FILTER (WHERE l.status = 'pending') AS pending,
@@ -198,19 +201,26 @@ BEGIN
               FROM live AS l
              GROUP BY l.queue),
         finished AS MATERIALIZED (  -- one range of the index, whatever the number of queues
-            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation,
+                   j.call_claims
               FROM fenceq._jobs AS j
              WHERE j.finished_at >= v_from AND j.queue = ANY (v_queues)),
         jobs AS MATERIALIZED (  -- with their queue's window; one created since its end did nothing in it
-            SELECT s.job_id, s.queue, s.status, s.created_at, s.run_at, s.finished_at, s.generation, w.m0, w.m1
+            SELECT s.job_id, s.queue, s.status, s.created_at, s.run_at, s.finished_at, s.generation,
+                   s.call_claims, w.m0, w.m1
               FROM (SELECT * FROM live UNION ALL SELECT * FROM finished) AS s
               JOIN windows AS w ON w.queue = s.queue
              WHERE s.created_at < w.m1),
-        claims AS (  -- every claim of those jobs: one probe of the ledger per claimed job
+        claims AS (  -- every claim of those jobs: one probe of the ledger per claimed job, and
+                     -- the claims by claim_jobs calls that the job rows keep
             SELECT j.queue, j.status, j.run_at, j.finished_at, j.generation AS final, j.m0, j.m1,
                    c.generation, c.claimed_at
               FROM jobs AS j JOIN fenceq._claims AS c ON c.job_id = j.job_id
-             WHERE j.generation > 0),
+             WHERE j.generation > 0
+            UNION ALL
+            SELECT j.queue, j.status, j.run_at, j.finished_at, j.generation, j.m0, j.m1,
+                   k.generation, k.claimed_at
+              FROM jobs AS j CROSS JOIN LATERAL unnest(j.call_claims) AS k),
         facts AS (
             -- What happened, when: each minute of the windows itself (so
             -- that each has its row), a submission, a claim, an end (a

@@ -87,7 +87,7 @@ DECLARE
     v_grants constant jsonb := jsonb_build_object(
         'fenceq_producer', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version'),
         'fenceq_worker', jsonb_build_array('submit', 'submit_batch', 'get_job', 'version',
-            'claim_next', 'claim_batch', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
+            'claim_next', 'claim_batch', 'claim_jobs', 'recover_claim', 'heartbeat', 'heartbeat_batch', 'complete',
             'complete_batch', 'fail', 'release', 'checkpoint', 'set_pid', 'claim_state',
             'acknowledge_cancel', 'reap',
             'tick', 'next_due', 'extend', 'acquire_lock', 'renew_lock', 'release_lock', 'check_lock',
