@@ -19,6 +19,15 @@ CREATE SCHEMA fenceq_migrations;
 
 ALTER SCHEMA fenceq_migrations OWNER TO postgres;
 
+CREATE TYPE fenceq._call_claim AS (
+	generation bigint,
+	owner_id text,
+	claimed_at timestamp with time zone,
+	claim_nonce text
+);
+
+ALTER TYPE fenceq._call_claim OWNER TO fenceq_owner;
+
 CREATE TYPE fenceq.claim AS (
 	job_id text,
 	queue text,
@@ -163,6 +172,7 @@ CREATE TABLE fenceq._jobs (
     progress jsonb,
     progress_at timestamp with time zone,
     scheduled boolean DEFAULT false NOT NULL,
+    call_claims fenceq._call_claim[],
     CONSTRAINT _jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts > 0))),
     CONSTRAINT _jobs_generation_check CHECK ((generation >= 0)),
     CONSTRAINT _jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'expired'::text])))
@@ -598,6 +608,84 @@ $$;
 ALTER FUNCTION fenceq._checkpoints_of(job_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._checkpoints_of(job_id text) IS 'Private. A job''s checkpoints as a jsonb object step -> value ({} when none).';
+
+CREATE FUNCTION fenceq._claim_picked(picked text[], owner_id text, claim_tokens text[], claim_nonce text, lease interval, budget interval) RETURNS SETOF fenceq.claim
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := clock_timestamp();  -- read after the picked rows are locked
+    v_claims fenceq.claim[];
+    v_recorded integer;
+    v_changed boolean;
+    v_logged text[];  -- the claimed jobs whose queues keep events (part 8b)
+BEGIN
+    WITH picked AS (
+        SELECT p.job_id, p.ordinal,
+               coalesce(_claim_picked.claim_nonce, _claim_picked.claim_tokens[p.ordinal]) AS token
+          FROM unnest(_claim_picked.picked) WITH ORDINALITY AS p(job_id, ordinal)),
+    claimed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'claimed',
+               attempts = j.attempts + 1,
+               generation = j.generation + 1,
+               owner_id = _claim_picked.owner_id,
+               claim_token = p.token,
+               lease = coalesce(_claim_picked.lease, q.lease),
+               lease_expires_at = least(v_now + coalesce(_claim_picked.lease, q.lease),
+                                        v_now + _claim_picked.budget),
+               budget_expires_at = v_now + _claim_picked.budget,
+               cancel_requested = false,
+               pid = NULL,
+               call_claims = CASE WHEN _claim_picked.claim_nonce IS NULL THEN j.call_claims
+                                  ELSE j.call_claims || ROW(j.generation + 1, _claim_picked.owner_id, v_now,
+                                                            _claim_picked.claim_nonce)::fenceq._call_claim END
+          FROM picked AS p, fenceq._queues AS q
+         WHERE j.job_id = p.job_id AND q.queue = j.queue
+        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated, q.history AS logged),
+    rated AS (
+        INSERT INTO fenceq._rate_window (queue, claimed_at)
+        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
+    recorded AS (
+        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at, job_ids)
+        SELECT c.sent_token, c.job_id, c.generation, _claim_picked.owner_id, v_now, NULL
+          FROM claimed AS c WHERE _claim_picked.claim_nonce IS NULL
+        UNION ALL
+        SELECT _claim_picked.claim_nonce, NULL, NULL, _claim_picked.owner_id, v_now,
+               array_agg(c.job_id ORDER BY c.ordinal)
+          FROM claimed AS c HAVING _claim_picked.claim_nonce IS NOT NULL
+        ON CONFLICT (claim_token) DO NOTHING
+        RETURNING cardinality(c.job_ids) AS jobs)
+    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
+                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
+                         c.cancel_requested, c.submission_id,
+                         -- Checkpoints need a live fence: a first claim has none to read.
+                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
+                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
+           (SELECT sum(coalesce(r.jobs, 1)) FROM recorded AS r),
+           bool_or(c.owner_id IS DISTINCT FROM _claim_picked.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
+           array_agg(c.job_id ORDER BY c.ordinal) FILTER (WHERE c.logged)
+      INTO v_claims, v_recorded, v_changed, v_logged
+      FROM claimed AS c;
+    IF v_changed OR cardinality(v_claims) IS DISTINCT FROM cardinality(_claim_picked.picked) THEN
+        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
+    END IF;
+    IF v_recorded IS DISTINCT FROM cardinality(v_claims) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'claimed');
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_claims);
+END
+$$;
+
+ALTER FUNCTION fenceq._claim_picked(picked text[], owner_id text, claim_tokens text[], claim_nonce text, lease interval, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._claim_picked(picked text[], owner_id text, claim_tokens text[], claim_nonce text, lease interval, budget interval) IS 'Private. Claim the jobs _pick locked, in its order: token i for job i with a ledger row each, or one nonce for all with one ledger row for the call.';
 
 CREATE FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[] DEFAULT '{}'::text[]) RETURNS integer[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -1406,6 +1494,101 @@ $$;
 ALTER FUNCTION fenceq._notify_jobs(queue text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._notify_jobs(queue text) IS 'Private. Send a fenceq_jobs notification for a queue whose notify flag is on.';
+
+CREATE FUNCTION fenceq._pick(queues text[], wanted integer, OUT picked text[], OUT exhausted boolean) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $_$
+#variable_conflict use_column
+DECLARE
+    v_queue fenceq._queues;
+    v_active text[];
+    v_known integer;
+    v_limited text[];
+    v_offered text[] := '{}';
+    v_now timestamptz;
+BEGIN
+    v_now := clock_timestamp();
+    IF cardinality(_pick.queues) = 1 THEN
+        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = _pick.queues[1];
+        IF NOT FOUND THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
+                                               v_queue.rate_limit) > 0 THEN
+            picked := fenceq._pick_limited(v_queue.queue, _pick.wanted);
+            exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
+                                  WHERE j.job_id = ANY (_pick.picked) AND j.generation = 9223372036854775807);
+        ELSIF NOT v_queue.paused THEN
+            IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                        WHERE l.queue = v_queue.queue AND l.status = 'pending' AND l.scheduled
+                          AND l.run_at <= v_now) THEN
+                PERFORM fenceq._move_due(v_queue.queue, v_now);
+            END IF;
+            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
+              INTO picked, exhausted FROM (
+                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
+                    SELECT j.job_id, j.generation
+                      FROM fenceq._jobs AS j
+                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
+                       AND j.run_at <= v_now AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                     ORDER BY j.priority DESC, j.run_at, j.seq
+                     LIMIT _pick.wanted
+                       FOR UPDATE SKIP LOCKED) AS j) AS p;
+        END IF;
+    ELSE
+        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
+               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
+          INTO v_active, v_limited, v_known
+          FROM (SELECT q.queue, q.paused,
+                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
+                  FROM fenceq._queues AS q WHERE q.queue = ANY (_pick.queues)) AS q;
+        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(_pick.queues) AS n(name)) THEN
+            PERFORM fenceq._raise('QF101', 'unknown queue');
+        END IF;
+        -- Queues with limits offer what their limits allow (locking their
+        -- rows in name order, so claimers never deadlock); the merge below
+        -- takes the best of those and of the other queues' heads.
+        IF v_limited IS NOT NULL THEN
+            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, _pick.wanted))
+                                 FROM unnest(v_limited) AS l(name));
+        END IF;
+        PERFORM fenceq._move_due(a.name, v_now) FROM unnest(v_active) AS a(name)
+          WHERE EXISTS (SELECT 1 FROM fenceq._jobs AS l
+                         WHERE l.queue = a.name AND l.status = 'pending' AND l.scheduled AND l.run_at <= v_now);
+        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
+            -- EXECUTE plans this statement for its actual values every time: a
+            -- generic plan of the per-queue merge can lose the ordered index scan.
+            EXECUTE $sql$
+                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
+                       bool_or(c.generation = 9223372036854775807) FROM (
+                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
+                      FROM unnest($1::text[]) AS a(name)
+                     CROSS JOIN LATERAL (
+                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                          FROM fenceq._jobs AS j
+                         WHERE j.queue = a.name AND j.status = 'pending' AND NOT j.scheduled
+                           AND j.run_at <= $3
+                           AND (j.expires_at IS NULL OR j.expires_at > $3)
+                         ORDER BY j.priority DESC, j.run_at, j.seq
+                         LIMIT $2
+                           FOR UPDATE OF j SKIP LOCKED) AS c
+                    UNION ALL
+                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
+                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
+                     ORDER BY priority DESC, run_at, seq
+                     LIMIT $2) AS c
+            $sql$ INTO picked, exhausted USING coalesce(v_active, '{}'), _pick.wanted, v_now, v_offered;
+        END IF;
+    END IF;
+END
+$_$;
+
+ALTER FUNCTION fenceq._pick(queues text[], wanted integer, OUT picked text[], OUT exhausted boolean) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._pick(queues text[], wanted integer, OUT picked text[], OUT exhausted boolean) IS 'Private. Lock and return, in claim order, up to wanted due jobs across queues, and whether one is at the largest generation.';
 
 CREATE FUNCTION fenceq._pick_limited(queue text, wanted integer) RETURNS text[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2495,22 +2678,12 @@ CREATE FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens te
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
-    AS $_$
+    AS $$
 #variable_conflict use_column
 DECLARE
     v_count integer := cardinality(claim_batch.claim_tokens);
-    v_queue fenceq._queues;
-    v_active text[];
-    v_known integer;
-    v_limited text[];
-    v_offered text[] := '{}';
-    v_now timestamptz;
     v_picked text[];
-    v_claims fenceq.claim[];
-    v_recorded integer;
-    v_changed boolean;
     v_exhausted boolean;
-    v_logged text[];  -- the claimed jobs whose queues keep events (part 8b)
 BEGIN
     -- Fast paths for the usual well-formed calls: one query-free expression
     -- for a single claim, one expression for a batch numbered from 1.
@@ -2543,79 +2716,8 @@ BEGIN
         PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
     END IF;
 
-    v_now := clock_timestamp();
-    IF cardinality(claim_batch.queues) = 1 THEN
-        SELECT * INTO v_queue FROM fenceq._queues AS q WHERE q.queue = claim_batch.queues[1];
-        IF NOT FOUND THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        IF NOT v_queue.paused AND num_nonnulls(v_queue.max_claimed, v_queue.max_claimed_per_key,
-                                               v_queue.rate_limit) > 0 THEN
-            v_picked := fenceq._pick_limited(v_queue.queue, v_count);
-            v_exhausted := EXISTS (SELECT 1 FROM fenceq._jobs AS j
-                                    WHERE j.job_id = ANY (v_picked) AND j.generation = 9223372036854775807);
-        ELSIF NOT v_queue.paused THEN
-            IF EXISTS (SELECT 1 FROM fenceq._jobs AS l
-                        WHERE l.queue = v_queue.queue AND l.status = 'pending' AND l.scheduled
-                          AND l.run_at <= v_now) THEN
-                PERFORM fenceq._move_due(v_queue.queue, v_now);
-            END IF;
-            SELECT array_agg(p.job_id ORDER BY p.ordinal), bool_or(p.generation = 9223372036854775807)
-              INTO v_picked, v_exhausted FROM (
-                SELECT j.job_id, j.generation, row_number() OVER () AS ordinal FROM (
-                    SELECT j.job_id, j.generation
-                      FROM fenceq._jobs AS j
-                     WHERE j.queue = v_queue.queue AND j.status = 'pending' AND NOT j.scheduled
-                       AND j.run_at <= v_now AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                     ORDER BY j.priority DESC, j.run_at, j.seq
-                     LIMIT v_count
-                       FOR UPDATE SKIP LOCKED) AS j) AS p;
-        END IF;
-    ELSE
-        SELECT array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND NOT q.limited),
-               array_agg(q.queue ORDER BY q.queue) FILTER (WHERE NOT q.paused AND q.limited), count(*)
-          INTO v_active, v_limited, v_known
-          FROM (SELECT q.queue, q.paused,
-                       num_nonnulls(q.max_claimed, q.max_claimed_per_key, q.rate_limit) > 0 AS limited
-                  FROM fenceq._queues AS q WHERE q.queue = ANY (claim_batch.queues)) AS q;
-        IF v_known <> (SELECT count(DISTINCT n.name) FROM unnest(claim_batch.queues) AS n(name)) THEN
-            PERFORM fenceq._raise('QF101', 'unknown queue');
-        END IF;
-        -- Queues with limits offer what their limits allow (locking their
-        -- rows in name order, so claimers never deadlock); the merge below
-        -- takes the best of those and of the other queues' heads.
-        IF v_limited IS NOT NULL THEN
-            v_offered := ARRAY(SELECT unnest(fenceq._pick_limited(l.name, v_count))
-                                 FROM unnest(v_limited) AS l(name));
-        END IF;
-        PERFORM fenceq._move_due(a.name, v_now) FROM unnest(v_active) AS a(name)
-          WHERE EXISTS (SELECT 1 FROM fenceq._jobs AS l
-                         WHERE l.queue = a.name AND l.status = 'pending' AND l.scheduled AND l.run_at <= v_now);
-        IF v_active IS NOT NULL OR cardinality(v_offered) > 0 THEN
-            -- EXECUTE plans this statement for its actual values every time: a
-            -- generic plan of the per-queue merge can lose the ordered index scan.
-            EXECUTE $sql$
-                SELECT array_agg(c.job_id ORDER BY c.priority DESC, c.run_at, c.seq),
-                       bool_or(c.generation = 9223372036854775807) FROM (
-                    SELECT c.job_id, c.generation, c.priority, c.run_at, c.seq
-                      FROM unnest($1::text[]) AS a(name)
-                     CROSS JOIN LATERAL (
-                        SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
-                          FROM fenceq._jobs AS j
-                         WHERE j.queue = a.name AND j.status = 'pending' AND NOT j.scheduled
-                           AND j.run_at <= $3
-                           AND (j.expires_at IS NULL OR j.expires_at > $3)
-                         ORDER BY j.priority DESC, j.run_at, j.seq
-                         LIMIT $2
-                           FOR UPDATE OF j SKIP LOCKED) AS c
-                    UNION ALL
-                    SELECT j.job_id, j.generation, j.priority, j.run_at, j.seq
-                      FROM fenceq._jobs AS j WHERE j.job_id = ANY ($4)
-                     ORDER BY priority DESC, run_at, seq
-                     LIMIT $2) AS c
-            $sql$ INTO v_picked, v_exhausted USING coalesce(v_active, '{}'), v_count, v_now, v_offered;
-        END IF;
-    END IF;
+    SELECT p.picked, p.exhausted INTO v_picked, v_exhausted
+      FROM fenceq._pick(claim_batch.queues, v_count) AS p;
 
     -- A used token is refused even when there is nothing to claim. Tokens
     -- spent on picked jobs are checked by the ledger insert below (its
@@ -2632,63 +2734,70 @@ BEGIN
     IF v_exhausted THEN
         PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
     END IF;
-    v_now := clock_timestamp();  -- read after the picked rows are locked
-
-    -- Claim the picked (locked) jobs, token i for job i. Storage must keep exactly what was sent: a
-    -- trigger or coercion that changes it rolls the whole claim back (QF302).
-    WITH picked AS (
-        SELECT p.job_id, p.ordinal, claim_batch.claim_tokens[p.ordinal] AS token
-          FROM unnest(v_picked) WITH ORDINALITY AS p(job_id, ordinal)),
-    claimed AS (
-        UPDATE fenceq._jobs AS j
-           SET status = 'claimed',
-               attempts = j.attempts + 1,
-               generation = j.generation + 1,
-               owner_id = claim_batch.owner_id,
-               claim_token = p.token,
-               lease = coalesce(claim_batch.lease, q.lease),
-               lease_expires_at = least(v_now + coalesce(claim_batch.lease, q.lease), v_now + claim_batch.budget),
-               budget_expires_at = v_now + claim_batch.budget,
-               cancel_requested = false,
-               pid = NULL
-          FROM picked AS p, fenceq._queues AS q
-         WHERE j.job_id = p.job_id AND q.queue = j.queue
-        RETURNING j.*, p.ordinal, p.token AS sent_token, q.rate_limit IS NOT NULL AS rated, q.history AS logged),
-    rated AS (
-        INSERT INTO fenceq._rate_window (queue, claimed_at)
-        SELECT c.queue, v_now FROM claimed AS c WHERE c.rated),
-    recorded AS (
-        INSERT INTO fenceq._claims AS c (claim_token, job_id, generation, owner_id, claimed_at)
-        SELECT c.sent_token, c.job_id, c.generation, claim_batch.owner_id, v_now FROM claimed AS c
-        ON CONFLICT (claim_token) DO NOTHING
-        RETURNING 1)
-    SELECT array_agg(ROW(c.job_id, c.queue, c.task, c.payload, c.priority, c.attempts, c.max_attempts,
-                         c.owner_id, c.generation, c.claim_token, c.lease_expires_at, c.budget_expires_at,
-                         c.cancel_requested, c.submission_id,
-                         -- Checkpoints need a live fence: a first claim has none to read.
-                         CASE WHEN c.generation = 1 THEN '{}'::jsonb
-                              ELSE fenceq._checkpoints_of(c.job_id) END)::fenceq.claim ORDER BY c.ordinal),
-           (SELECT count(*) FROM recorded),
-           bool_or(c.owner_id IS DISTINCT FROM claim_batch.owner_id OR c.claim_token IS DISTINCT FROM c.sent_token),
-           array_agg(c.job_id ORDER BY c.ordinal) FILTER (WHERE c.logged)
-      INTO v_claims, v_recorded, v_changed, v_logged
-      FROM claimed AS c;
-    IF v_changed OR cardinality(v_claims) <> cardinality(v_picked) THEN
-        PERFORM fenceq._raise('QF302', 'storage changed the claim identity');
-    END IF;
-    IF v_recorded <> cardinality(v_claims) THEN
-        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
-    END IF;
-    IF v_logged IS NOT NULL THEN
-        PERFORM fenceq._record_events(v_logged, 'claimed');
-    END IF;
-    RETURN QUERY SELECT * FROM unnest(v_claims);
+    RETURN QUERY SELECT * FROM fenceq._claim_picked(v_picked, claim_batch.owner_id,
+        claim_batch.claim_tokens, NULL, claim_batch.lease, claim_batch.budget);
 END
-$_$;
+$$;
 
 ALTER FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) IS 'Claim up to one job per token across queues; QF301 before anything is claimed when a token repeats or was used.';
+
+CREATE FUNCTION fenceq.claim_jobs(queues text[], owner_id text, claim_nonce text, max_jobs integer, lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_picked text[];
+    v_exhausted boolean;
+BEGIN
+    -- The usual well-formed call is one query-free expression; otherwise
+    -- the checks run one by one and name what is wrong.
+    IF NOT coalesce(array_ndims(claim_jobs.queues) = 1 AND array_lower(claim_jobs.queues, 1) = 1
+                    AND cardinality(claim_jobs.queues) BETWEEN 1 AND 10000
+                    AND length(claim_jobs.owner_id) BETWEEN 1 AND 255
+                    AND length(claim_jobs.claim_nonce) BETWEEN 1 AND 255
+                    AND claim_jobs.max_jobs BETWEEN 1 AND 10000
+                    AND fenceq._is_plain_duration(claim_jobs.lease)
+                    AND fenceq._is_plain_duration(claim_jobs.budget)
+                    AND (cardinality(claim_jobs.queues) = 1 AND length(claim_jobs.queues[1]) BETWEEN 1 AND 255
+                         OR (SELECT bool_and(coalesce(length(n.name) BETWEEN 1 AND 255, false))
+                               FROM unnest(claim_jobs.queues) AS n(name))), false) THEN
+        PERFORM fenceq._check_names(claim_jobs.queues, 'queues');
+        PERFORM fenceq._check_name(claim_jobs.owner_id, 'owner_id');
+        PERFORM fenceq._check_name(claim_jobs.claim_nonce, 'claim_nonce');
+        IF claim_jobs.max_jobs IS NULL OR claim_jobs.max_jobs NOT BETWEEN 1 AND 10000 THEN
+            PERFORM fenceq._raise('QF104', 'max_jobs must be an integer from 1 to 10000');
+        END IF;
+        PERFORM fenceq._check_interval(claim_jobs.lease, 'lease');
+        PERFORM fenceq._check_interval(claim_jobs.budget, 'budget');
+        claim_jobs.queues := ARRAY(SELECT unnest(claim_jobs.queues));  -- numbered from 1
+    END IF;
+    -- A spent nonce is refused even when there is nothing to claim (and
+    -- before any job is locked); a concurrent spend is caught by the
+    -- ledger's key in _claim_picked.
+    IF EXISTS (SELECT 1 FROM fenceq._claims AS c WHERE c.claim_token = claim_jobs.claim_nonce) THEN
+        PERFORM fenceq._raise('QF301', 'a claim token was already used; recover the claim instead');
+    END IF;
+    SELECT p.picked, p.exhausted INTO v_picked, v_exhausted
+      FROM fenceq._pick(claim_jobs.queues, claim_jobs.max_jobs) AS p;
+    IF v_picked IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_exhausted THEN
+        PERFORM fenceq._raise('QF303', 'the job''s generation is exhausted');
+    END IF;
+    RETURN QUERY SELECT * FROM fenceq._claim_picked(v_picked, claim_jobs.owner_id, NULL,
+        claim_jobs.claim_nonce, claim_jobs.lease, claim_jobs.budget);
+END
+$$;
+
+ALTER FUNCTION fenceq.claim_jobs(queues text[], owner_id text, claim_nonce text, max_jobs integer, lease interval, budget interval) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq.claim_jobs(queues text[], owner_id text, claim_nonce text, max_jobs integer, lease interval, budget interval) IS 'Claim up to max_jobs jobs across queues under one nonce: each job''s fence carries the nonce, the ledger records it once. QF301 when the nonce was spent; recover_claim with it returns the call''s live claims.';
 
 CREATE FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval DEFAULT NULL::interval, budget interval DEFAULT NULL::interval) RETURNS SETOF fenceq.claim
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3525,6 +3634,7 @@ CREATE FUNCTION fenceq.purge(older_than interval, max_rows integer DEFAULT 10000
 #variable_conflict use_column
 DECLARE
     v_ids text[];
+    v_nonces text[];
     v_cutoff timestamptz;
 BEGIN
     PERFORM fenceq._check_interval(purge.older_than, 'older_than', allow_zero => true,
@@ -3546,6 +3656,11 @@ BEGIN
          ORDER BY j.finished_at
          LIMIT purge.max_rows
            FOR UPDATE SKIP LOCKED) AS t;
+    -- The nonces of the claim_jobs calls that claimed them: each call's
+    -- ledger row goes with the last of its jobs, below.
+    SELECT coalesce(array_agg(DISTINCT k.claim_nonce), '{}') INTO v_nonces
+      FROM fenceq._jobs AS j CROSS JOIN LATERAL unnest(j.call_claims) AS k
+     WHERE j.job_id = ANY (v_ids);
     DELETE FROM fenceq._checkpoints AS c WHERE c.job_id = ANY (v_ids);
     DELETE FROM fenceq._claims AS c WHERE c.job_id = ANY (v_ids);
     -- A terminal job's edges are settled (satisfied, or the dependent
@@ -3555,6 +3670,12 @@ BEGIN
     DELETE FROM fenceq._events AS e WHERE e.job_id = ANY (v_ids);
     DELETE FROM fenceq._dispatches AS d WHERE d.job_id = ANY (v_ids);
     DELETE FROM fenceq._jobs AS j WHERE j.job_id = ANY (v_ids);
+    -- A purge of another job of the same call, concurrent with this one,
+    -- can leave a call's row behind: its nonce then stays spent, the safe
+    -- side of "a nonce claims at most once".
+    DELETE FROM fenceq._claims AS c
+     WHERE c.claim_token = ANY (v_nonces) AND c.job_ids IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (c.job_ids));
     -- Each queue's retention (part 8b) bounds its events on their own:
     -- at most max_rows of them, oldest first per queue.
     DELETE FROM fenceq._events AS e
@@ -3671,27 +3792,28 @@ CREATE FUNCTION fenceq.recover_claim(owner_id text, claim_token text) RETURNS SE
     AS $$
 #variable_conflict use_column
 DECLARE
-    v_job fenceq._jobs;
+    v_job_ids text[];
+    v_now timestamptz;
 BEGIN
     PERFORM fenceq._check_name(recover_claim.owner_id, 'owner_id');
     PERFORM fenceq._check_name(recover_claim.claim_token, 'claim_token');
-    SELECT j.* INTO v_job
-      FROM fenceq._claims AS c JOIN fenceq._jobs AS j ON j.job_id = c.job_id
-     WHERE c.claim_token = recover_claim.claim_token;
-    IF fenceq._is_live(v_job, recover_claim.owner_id, v_job.generation,
-                       recover_claim.claim_token, clock_timestamp()) THEN
-        RETURN NEXT ROW(v_job.job_id, v_job.queue, v_job.task, v_job.payload, v_job.priority,
-            v_job.attempts, v_job.max_attempts, v_job.owner_id, v_job.generation,
-            v_job.claim_token, v_job.lease_expires_at, v_job.budget_expires_at,
-            v_job.cancel_requested, v_job.submission_id,
-            fenceq._checkpoints_of(v_job.job_id))::fenceq.claim;
-    END IF;
+    SELECT coalesce(c.job_ids, ARRAY[c.job_id]) INTO v_job_ids
+      FROM fenceq._claims AS c WHERE c.claim_token = recover_claim.claim_token;
+    v_now := clock_timestamp();
+    RETURN QUERY
+        SELECT j.job_id, j.queue, j.task, j.payload, j.priority, j.attempts, j.max_attempts, j.owner_id,
+               j.generation, j.claim_token, j.lease_expires_at, j.budget_expires_at, j.cancel_requested,
+               j.submission_id, fenceq._checkpoints_of(j.job_id)
+          FROM unnest(v_job_ids) WITH ORDINALITY AS k(job_id, ordinal)
+          JOIN fenceq._jobs AS j ON j.job_id = k.job_id
+         WHERE fenceq._is_live(j, recover_claim.owner_id, j.generation, recover_claim.claim_token, v_now)
+         ORDER BY k.ordinal;
 END
 $$;
 
 ALTER FUNCTION fenceq.recover_claim(owner_id text, claim_token text) OWNER TO fenceq_owner;
 
-COMMENT ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) IS 'The live claim made by this exact owner and claim token, or no row. Does not claim again and does not renew the lease.';
+COMMENT ON FUNCTION fenceq.recover_claim(owner_id text, claim_token text) IS 'The live claims made by this exact owner with this claim token (zero or one row) or claim_jobs nonce (every job of the call still claimed under it). Does not claim again and does not renew the lease.';
 
 CREATE FUNCTION fenceq.release(job_id text, owner_id text, generation bigint, claim_token text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4148,10 +4270,12 @@ BEGIN
         WITH windows AS (
             SELECT w.queue, w.m0, w.m1 FROM unnest(v_queues, v_starts, v_stops) AS w(queue, m0, m1)),
         live AS MATERIALIZED (
-            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation,
+                   j.call_claims
               FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'pending'
             UNION ALL
-            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation,
+                   j.call_claims
               FROM windows AS w JOIN fenceq._jobs AS j ON j.queue = w.queue AND j.status = 'claimed'),
         depth AS (
             SELECT l.queue, count(*) FILTER (WHERE l.status = 'pending') AS pending,
@@ -4160,19 +4284,26 @@ BEGIN
               FROM live AS l
              GROUP BY l.queue),
         finished AS MATERIALIZED (  -- one range of the index, whatever the number of queues
-            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation
+            SELECT j.job_id, j.queue, j.status, j.created_at, j.run_at, j.finished_at, j.generation,
+                   j.call_claims
               FROM fenceq._jobs AS j
              WHERE j.finished_at >= v_from AND j.queue = ANY (v_queues)),
         jobs AS MATERIALIZED (  -- with their queue's window; one created since its end did nothing in it
-            SELECT s.job_id, s.queue, s.status, s.created_at, s.run_at, s.finished_at, s.generation, w.m0, w.m1
+            SELECT s.job_id, s.queue, s.status, s.created_at, s.run_at, s.finished_at, s.generation,
+                   s.call_claims, w.m0, w.m1
               FROM (SELECT * FROM live UNION ALL SELECT * FROM finished) AS s
               JOIN windows AS w ON w.queue = s.queue
              WHERE s.created_at < w.m1),
-        claims AS (  -- every claim of those jobs: one probe of the ledger per claimed job
+        claims AS (  -- every claim of those jobs: one probe of the ledger per claimed job, and
+                     -- the claims by claim_jobs calls that the job rows keep
             SELECT j.queue, j.status, j.run_at, j.finished_at, j.generation AS final, j.m0, j.m1,
                    c.generation, c.claimed_at
               FROM jobs AS j JOIN fenceq._claims AS c ON c.job_id = j.job_id
-             WHERE j.generation > 0),
+             WHERE j.generation > 0
+            UNION ALL
+            SELECT j.queue, j.status, j.run_at, j.finished_at, j.generation, j.m0, j.m1,
+                   k.generation, k.claimed_at
+              FROM jobs AS j CROSS JOIN LATERAL unnest(j.call_claims) AS k),
         facts AS (
             -- What happened, when: each minute of the windows itself (so
             -- that each has its row), a submission, a claim, an end (a
@@ -4985,9 +5116,10 @@ BEGIN
         ('_submissions', 'submission_id', 'text', true), ('_submissions', 'fingerprint', 'text', true),
         ('_submissions', 'job_id', 'text', true), ('_submissions', 'queue', 'text', true),
         ('_submissions', 'created_at', 'timestamp with time zone', true),
-        ('_claims', 'claim_token', 'text', true), ('_claims', 'job_id', 'text', true),
-        ('_claims', 'generation', 'bigint', true), ('_claims', 'owner_id', 'text', true),
-        ('_claims', 'claimed_at', 'timestamp with time zone', true),
+        ('_claims', 'claim_token', 'text', true), ('_claims', 'job_id', 'text', false),
+        ('_claims', 'generation', 'bigint', false), ('_claims', 'owner_id', 'text', true),
+        ('_claims', 'claimed_at', 'timestamp with time zone', true), ('_claims', 'job_ids', 'text[]', false),
+        ('_jobs', 'call_claims', '_call_claim[]', false),
         ('_checkpoints', 'job_id', 'text', true), ('_checkpoints', 'step', 'text', true),
         ('_checkpoints', 'value', 'jsonb', true), ('_checkpoints', 'generation', 'bigint', true),
         ('_checkpoints', 'recorded_at', 'timestamp with time zone', true),
@@ -5266,7 +5398,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '7';
+    RETURN '8';
 END
 $$;
 
@@ -5305,10 +5437,11 @@ ALTER TABLE fenceq._checkpoints OWNER TO fenceq_owner;
 
 CREATE TABLE fenceq._claims (
     claim_token text NOT NULL COLLATE pg_catalog."C",
-    job_id text NOT NULL COLLATE pg_catalog."C",
-    generation bigint NOT NULL,
+    job_id text COLLATE pg_catalog."C",
+    generation bigint,
     owner_id text NOT NULL COLLATE pg_catalog."C",
-    claimed_at timestamp with time zone NOT NULL
+    claimed_at timestamp with time zone NOT NULL,
+    job_ids text[] COLLATE pg_catalog."C"
 );
 
 ALTER TABLE fenceq._claims OWNER TO fenceq_owner;
@@ -5410,11 +5543,19 @@ CREATE VIEW fenceq.attempts AS
     c.generation,
     c.owner_id,
     c.claimed_at
-   FROM fenceq._claims c;
+   FROM fenceq._claims c
+  WHERE (c.job_id IS NOT NULL)
+UNION ALL
+ SELECT j.job_id,
+    k.generation,
+    k.owner_id,
+    k.claimed_at
+   FROM (fenceq._jobs j
+     CROSS JOIN LATERAL unnest(j.call_claims) k(generation, owner_id, claimed_at, claim_nonce));
 
 ALTER TABLE fenceq.attempts OWNER TO fenceq_owner;
 
-COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger), without claim tokens.';
+COMMENT ON VIEW fenceq.attempts IS 'One row per successful claim (from the claim ledger and the job rows), without claim tokens or nonces.';
 
 CREATE VIEW fenceq.checkpoints AS
  SELECT c.job_id,
@@ -5713,6 +5854,8 @@ REVOKE ALL ON FUNCTION fenceq._check_time(value timestamp with time zone, what t
 
 REVOKE ALL ON FUNCTION fenceq._checkpoints_of(job_id text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._claim_picked(picked text[], owner_id text, claim_tokens text[], claim_nonce text, lease interval, budget interval) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._cron_field(field text, what text, low integer, high integer, names text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._cron_instant(local timestamp without time zone, time_zone text) FROM PUBLIC;
@@ -5779,6 +5922,8 @@ REVOKE ALL ON FUNCTION fenceq._notify_done(job_ids text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._notify_jobs(queue text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION fenceq._pick(queues text[], wanted integer, OUT picked text[], OUT exhausted boolean) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._pick_limited(queue text, wanted integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._raise(code text, message text) FROM PUBLIC;
@@ -5840,6 +5985,10 @@ GRANT ALL ON FUNCTION fenceq.checkpoint(job_id text, owner_id text, generation b
 REVOKE ALL ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) TO fenceq_worker;
 GRANT ALL ON FUNCTION fenceq.claim_batch(queues text[], owner_id text, claim_tokens text[], lease interval, budget interval) TO fenceq_admin;
+
+REVOKE ALL ON FUNCTION fenceq.claim_jobs(queues text[], owner_id text, claim_nonce text, max_jobs integer, lease interval, budget interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION fenceq.claim_jobs(queues text[], owner_id text, claim_nonce text, max_jobs integer, lease interval, budget interval) TO fenceq_worker;
+GRANT ALL ON FUNCTION fenceq.claim_jobs(queues text[], owner_id text, claim_nonce text, max_jobs integer, lease interval, budget interval) TO fenceq_admin;
 
 REVOKE ALL ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION fenceq.claim_next(queues text[], owner_id text, claim_token text, lease interval, budget interval) TO fenceq_worker;
