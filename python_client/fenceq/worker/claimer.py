@@ -1,5 +1,7 @@
 """The claim loop: fill free slots and the buffer behind them with
-``claim_next`` (one) or ``claim_batch`` (several), backing off from 10 ms to
+``claim_next`` (one) or, for several, ``claim_jobs`` (one nonce for the
+call, on a schema of version 8 or later) or ``claim_batch`` (a nonce per
+job, before version 8), backing off from 10 ms to
 ``poll_interval`` while the queues are empty, but never waiting past the
 moment ``next_due`` says the next pending job falls due.
 
@@ -9,8 +11,9 @@ at most ``MAX_PREFETCH``, so that fast jobs are fetched hundreds per call
 and slow ones are not hoarded (an idle worker's buffer shrinks to none).
 
 Fresh nonces are generated and kept before every claim call; when its
-outcome is unknown, each nonce is asked about with ``recover_claim``: an
-uncertain claim is never made anew, a nonce never reused."""
+outcome is unknown, each nonce is asked about with ``recover_claim``
+(which answers every job a ``claim_jobs`` nonce claimed): an uncertain
+claim is never made anew, a nonce never reused."""
 
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ NEXT_DUE_FROM = 0.05     # seconds: a shorter idle wait is not worth a next_due 
 PREFETCH_HORIZON = 0.2   # seconds of work, at the rate jobs finish, held claimed ahead
 MAX_PREFETCH = 500       # jobs held claimed ahead at most (graphile-worker's local queue)
 RATE_WINDOW = 0.05       # seconds: the shortest span the finishing rate is measured over
+CLAIM_JOBS_FROM_VERSION = 8
 
 
 class Claimer:
@@ -42,6 +46,7 @@ class Claimer:
         self._ask_next_due = True
         self._rate: float | None = None  # jobs finished per second, smoothed
         self._rate_since = (state.clock.monotonic(), state.finished)
+        self._by_call: bool | None = None  # claim_jobs there? known once the schema's version is read
 
     async def run(self) -> None:
         """Until a stop is requested; raises ConfigError when the database
@@ -122,15 +127,20 @@ class Claimer:
     async def claim(self, count: int) -> list[Claim]:
         """Claim up to ``count`` jobs into the buffer, and start what fits."""
         settings, clock = self._state.settings, self._state.clock
-        tokens = new_claim_tokens(count)
-        sent = clock.monotonic()
         lease, budget = settings.lease_delta, settings.budget_delta
+        if count > 1 and self._by_call is None:
+            self._by_call = await self._has_claim_jobs()
+        tokens = new_claim_tokens(1 if count == 1 or self._by_call else count)
+        sent = clock.monotonic()
         try:
             async with self._pool.client() as client:
                 if count == 1:
                     claim = await client.claim_next(settings.queues, settings.owner_id, tokens[0],
                                                     lease=lease, budget=budget)
                     claims = [claim] if claim is not None else []
+                elif self._by_call:
+                    claims = await client.claim_jobs(settings.queues, settings.owner_id, tokens[0], count,
+                                                     lease=lease, budget=budget)
                 else:
                     claims = await client.claim_batch(settings.queues, settings.owner_id, tokens,
                                                       lease=lease, budget=budget)
@@ -143,6 +153,16 @@ class Claimer:
         self._fill()
         return claims
 
+    async def _has_claim_jobs(self) -> bool | None:
+        """Whether the schema has claim_jobs (version 8 or later); None
+        (ask again next time) when the database cannot be reached."""
+        try:
+            async with self._pool.client() as client:
+                version = await client.version()
+        except PersistenceFailed:
+            return None
+        return (version or "0").isdigit() and int(version) >= CLAIM_JOBS_FROM_VERSION
+
     async def recover(self, tokens: list[str], sent: float) -> list[Claim]:
         """The claims an uncertain call made, asked for by their nonces until
         the database answers (or gives up after max(2 × lease, 10 s))."""
@@ -154,18 +174,18 @@ class Claimer:
             while True:
                 try:
                     async with self._pool.client() as client:
-                        claim = await client.recover_claim(state.settings.owner_id, token)
+                        claims = await client.recover_claims(state.settings.owner_id, token)
                     break
                 except PersistenceFailed:
                     if state.stop_requested or clock.monotonic() > give_up:
                         events.emit("claim_unrecovered", "could not reach the database to recover an "
                                     "uncertain claim; if it was made, its lease will lapse and reap "
                                     "will hand the job on", level=logging.ERROR)
-                        claim = None
+                        claims = []
                         break
                     await clock.sleep(delay)
                     delay = min(delay * 2, 1.0)
-            if claim is not None:
+            for claim in claims:
                 state.counts["recovered_claims"] += 1
                 events.emit("claim_recovered", "uncertain claim recovered with its nonce",
                             level=logging.WARNING, job_id=claim.job_id, queue=claim.queue, task=claim.task,
