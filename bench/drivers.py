@@ -102,6 +102,12 @@ async def fenceq_claim_batch(conn, queue: str, owner: str, size: int) -> list:
     return await cur.fetchall()
 
 
+async def fenceq_claim_jobs(conn, queue: str, owner: str, size: int) -> list:
+    cur = await conn.execute(sql.FQ_CLAIM_JOBS, {"queues": [queue], "owner": owner, "nonce": new_token(),
+                                                 "n": size})
+    return await cur.fetchall()
+
+
 async def fenceq_complete_batch(conn, rows: list, owner: str) -> None:
     cur = await conn.execute(sql.FQ_COMPLETE_BATCH, {
         "job_ids": [r[CLAIM_JOB_ID] for r in rows], "owners": [owner] * len(rows),
@@ -122,6 +128,7 @@ async def bare_complete_batch(conn, rows: list, owner: str) -> None:
 
 
 BATCHED = {"fenceq": (fenceq_claim_batch, fenceq_complete_batch),
+           "fenceq_jobs": (fenceq_claim_jobs, fenceq_complete_batch),  # version 8
            "bare": (bare_claim_batch, bare_complete_batch)}
 
 

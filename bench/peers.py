@@ -10,9 +10,10 @@ The systems (``--systems``, in this order):
   url=..., concurrency=16)`` with an async no-op handler (launched by
   ``launch_fenceq_worker``, the one place to change for ``fenceq worker
   --processes W``);
-- ``raw``: fenceq's own raw loop, W processes each looping ``claim_batch``
-  of 100 tokens and one ``complete_batch`` (bench/drivers.py, the SQL of
-  bench/statements.py);
+- ``raw``: fenceq's own raw loop, W processes each looping its best claim
+  call of 100 (``claim_jobs`` with one nonce on a schema of version 8 or
+  later, ``claim_batch`` of 100 tokens before) and one ``complete_batch``
+  (bench/drivers.py, the SQL of bench/statements.py);
 - ``bare``: the bare SQL loop, 100 jobs per claim statement;
 - ``pgqueuer`` (1.6, QueueManager, batch size 10), ``procrastinate`` (3.x,
   concurrency 16) and ``oban`` (oban-py, a queue limit of 16, from a
@@ -101,7 +102,7 @@ class System:
 FENCEQ_LEFT = "SELECT count(*) FROM fenceq.jobs WHERE queue = %(queue)s AND status <> 'completed'"
 SYSTEMS = {s.name: s for s in [
     System(WORKER, "fenceq.Worker", FENCEQ_LEFT, fenceq_side=True),
-    System(RAW, "fenceq raw loop (claim_batch 100 + complete_batch)", FENCEQ_LEFT, fenceq_side=True),
+    System(RAW, "fenceq raw loop (claim_jobs 100 + complete_batch)", FENCEQ_LEFT, fenceq_side=True),
     System("bare", "bare SQL loop (100 per claim)",
            "SELECT count(*) FROM bare_jobs WHERE queue = %(queue)s AND status <> 'completed'",
            fenceq_side=True, fill_system="bare"),

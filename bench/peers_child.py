@@ -91,14 +91,18 @@ async def work_fenceq_worker(url: str) -> None:
 
 
 async def work_loop(url: str, system: str) -> None:
-    """fenceq's own raw loop (claim_batch of 100 tokens, one complete_batch)
-    or the bare loop (the same on bare_jobs): bench/drivers.py's drain."""
+    """fenceq's own raw loop (its best claim call of 100: claim_jobs with one
+    nonce from version 8, claim_batch of 100 tokens before; one
+    complete_batch) or the bare loop (the same on bare_jobs):
+    bench/drivers.py's drain."""
     _bench_on_path()
     import psycopg
 
     from bench import drivers
 
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    if system == "fenceq" and int((await (await conn.execute("SELECT fenceq.version()")).fetchone())[0]) >= 8:
+        system = "fenceq_jobs"
     done = 0
 
     async def start() -> None:

@@ -101,6 +101,10 @@ FQ_COMPLETE = ("SELECT fenceq.complete(job_id => %(job_id)s::text, owner_id => %
 FQ_CLAIM_BATCH = ("SELECT * FROM fenceq.claim_batch(queues => %(queues)s::text[], "
                   "owner_id => %(owner)s::text, claim_tokens => %(tokens)s::text[])")
 
+# Version 8: one nonce for the whole call.
+FQ_CLAIM_JOBS = ("SELECT * FROM fenceq.claim_jobs(queues => %(queues)s::text[], "
+                 "owner_id => %(owner)s::text, claim_nonce => %(nonce)s::text, max_jobs => %(n)s::integer)")
+
 FQ_COMPLETE_BATCH = ("SELECT fenceq.complete_batch(job_ids => %(job_ids)s::text[], "
                      "owner_ids => %(owners)s::text[], generations => %(generations)s::bigint[], "
                      "claim_tokens => %(tokens)s::text[])")
