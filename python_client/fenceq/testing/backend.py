@@ -257,6 +257,8 @@ class MemoryBackend:
 
     def claim_batch(self, queues: list[str], owner_id: str, claim_tokens: list[str],
                     lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
+        if len(set(claim_tokens)) != len(claim_tokens) or any(token in self.ledger for token in claim_tokens):
+            raise fenceq_error("QF301")  # tokens and claim_jobs nonces: one namespace
         claims = self._claim(queues, owner_id, claim_tokens, lease, budget)
         for claim in claims:
             self.ledger[claim.claim_token] = ((claim.job_id, claim.generation),)
