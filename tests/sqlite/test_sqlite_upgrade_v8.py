@@ -61,6 +61,16 @@ def made_by_v7(package, path) -> list[fenceq.Fence]:
     return [fenceq.Fence(*parts, "q") for parts in json.loads(done.stdout)]
 
 
+def upgraded_from_v7(package, folder):
+    """A version 7 file with claims in flight, migrated to version 8: its
+    path, the claims' fences and its sqlite_master rows as version 7 had them."""
+    path = folder / "v7.db"
+    fences = made_by_v7(package, path)
+    v7_rows = master_rows(path)
+    assert all(check.ok for check in migrate(f"sqlite:///{path}"))
+    return path, fences, v7_rows
+
+
 def claims_table_sql(path) -> str:
     with contextlib.closing(sqlite3.connect(path)) as conn:
         [(sql,)] = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'fenceq__claims'").fetchall()
@@ -68,11 +78,8 @@ def claims_table_sql(path) -> str:
 
 
 def test_7_to_8_keeps_claims_in_flight_and_equals_a_fresh_8(tmp_path, v7_package):
-    path = tmp_path / "v7.db"
+    path, fences, v7_rows = upgraded_from_v7(v7_package, tmp_path)
     url = f"sqlite:///{path}"
-    fences = made_by_v7(v7_package, path)
-    v7_rows = master_rows(path)
-    assert all(check.ok for check in migrate(url))
     with fenceq.connect(url) as client:
         assert client.version() == schema_version("sqlite") == "8"
         for fence in fences:
@@ -98,11 +105,8 @@ def test_7_to_8_keeps_claims_in_flight_and_equals_a_fresh_8(tmp_path, v7_package
 
 
 def test_8_to_7_restores_v7_exactly_and_keeps_the_claims(tmp_path, v7_package):
-    path = tmp_path / "v7.db"
+    path, fences, v7_rows = upgraded_from_v7(v7_package, tmp_path)
     url = f"sqlite:///{path}"
-    fences = made_by_v7(v7_package, path)
-    v7_rows = master_rows(path)
-    assert all(check.ok for check in migrate(url))
     assert rollback(url, to_version=7) == steps_above("sqlite", 7) == ["0008_fenceq_v8"], "no call row: lossless"
     assert master_rows(path) == v7_rows
     with contextlib.closing(sqlite3.connect(path)) as conn:
