@@ -28,8 +28,6 @@
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
--- The claims to make: job, token, generation before, lease, the queue's
--- history flag and the clock reading.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
     ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
     lease INTEGER NOT NULL, history INTEGER NOT NULL, now INTEGER NOT NULL);

@@ -17,8 +17,9 @@
 -- It reads one set of jobs per call: each sampled queue's pending and
 -- claimed jobs (through their partial indexes) and the jobs that finished
 -- since its first minute (a range of fenceq__jobs_finished_idx), with their
--- claims (fenceq__claims_job_idx). A job purged before its minute was
--- sampled is not counted.
+-- claims: the per-token ones (fenceq__claims_job_idx) and those of
+-- claim_jobs calls (the jobs' call_claims). A job purged before its minute
+-- was sampled is not counted.
 --
 -- Parameters: :max_minutes INTEGER or NULL (60); :keep INTEGER
 -- microseconds or NULL (192 hours).
@@ -26,8 +27,9 @@
 -- How to run: inside BEGIN IMMEDIATE (it writes), as README.md describes.
 --
 -- Differs from PostgreSQL in that samplers take turns on the write lock (a
--- second one finds the minutes written and writes none), and a NULL bound
--- takes its default.
+-- second one finds the minutes written and writes none), a NULL bound
+-- takes its default, and the claims of claim_jobs calls are read from the
+-- JSON array call_claims.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_error (
     sqlstate TEXT NOT NULL, message TEXT NOT NULL, detail TEXT);
 DELETE FROM temp.fenceq_error;
@@ -87,23 +89,36 @@ SELECT m.queue, m.minute FROM minutes AS m;
 -- minutes is live or finished since its first minute.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_job (
     seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, queue TEXT NOT NULL, status TEXT NOT NULL,
-    generation INTEGER NOT NULL, run_at INTEGER NOT NULL, created_at INTEGER NOT NULL, finished_at INTEGER);
+    generation INTEGER NOT NULL, run_at INTEGER NOT NULL, created_at INTEGER NOT NULL, finished_at INTEGER,
+    call_claims TEXT);
 DELETE FROM temp.fenceq_sample_job;
-INSERT INTO temp.fenceq_sample_job (seq, job_id, queue, status, generation, run_at, created_at, finished_at)
-SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at
+INSERT INTO temp.fenceq_sample_job (seq, job_id, queue, status, generation, run_at, created_at, finished_at,
+                                    call_claims)
+SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at, j.call_claims
   FROM temp.fenceq_sample_queue AS s
  CROSS JOIN fenceq__jobs AS j INDEXED BY fenceq__jobs_pending_idx
  WHERE j.queue = s.queue AND j.status = 'pending'
 UNION ALL
-SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at
+SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at, j.call_claims
   FROM temp.fenceq_sample_queue AS s
  CROSS JOIN fenceq__jobs AS j INDEXED BY fenceq__jobs_claimed_idx
  WHERE j.queue = s.queue AND j.status = 'claimed'
 UNION ALL
-SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at
+SELECT j.seq, j.job_id, j.queue, j.status, j.generation, j.run_at, j.created_at, j.finished_at, j.call_claims
   FROM fenceq__jobs AS j INDEXED BY fenceq__jobs_finished_idx
   JOIN temp.fenceq_sample_queue AS s ON s.queue = j.queue AND j.finished_at >= s.first
  WHERE j.finished_at IS NOT NULL AND j.finished_at >= (SELECT min(f.first) FROM temp.fenceq_sample_queue AS f);
+-- Every claim of the set's jobs: per-token ones from the ledger, those of
+-- claim_jobs calls from call_claims.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_claim (
+    seq INTEGER NOT NULL, generation INTEGER NOT NULL, claimed_at INTEGER NOT NULL);
+DELETE FROM temp.fenceq_sample_claim;
+INSERT INTO temp.fenceq_sample_claim (seq, generation, claimed_at)
+SELECT j.seq, c.generation, c.claimed_at
+  FROM temp.fenceq_sample_job AS j JOIN fenceq__claims AS c ON c.job_id = j.job_id
+UNION ALL
+SELECT j.seq, a.value ->> 'generation', a.value ->> 'claimed_at'
+  FROM temp.fenceq_sample_job AS j JOIN json_each(j.call_claims) AS a;
 -- What happened, per queue and minute: one row per event of the set.
 CREATE TEMP TABLE IF NOT EXISTS fenceq_sample_count (
     queue TEXT NOT NULL, minute INTEGER NOT NULL, submitted INTEGER NOT NULL, claimed INTEGER NOT NULL,
@@ -122,7 +137,7 @@ SELECT e.queue, e.minute, sum(e.submitted), sum(e.claimed), sum(e.retried), sum(
         SELECT j.queue,
                ((c.claimed_at) - (((c.claimed_at) % 60000000) + 60000000) % 60000000),
                0, 1, c.generation > 1, 0, 0, 0, 0
-          FROM temp.fenceq_sample_job AS j JOIN fenceq__claims AS c ON c.job_id = j.job_id
+          FROM temp.fenceq_sample_job AS j JOIN temp.fenceq_sample_claim AS c ON c.seq = j.seq
         UNION ALL
         SELECT j.queue,
                ((j.finished_at) - (((j.finished_at) % 60000000) + 60000000) % 60000000),
@@ -144,13 +159,13 @@ SELECT d.queue, d.minute, d.kind, d.k, count(*)
                'wait' AS kind,
                min(CAST(floor(4 * log2(max((c.claimed_at - j.run_at) / 1000.0, 1))) AS INTEGER), 127) AS k
           FROM temp.fenceq_sample_job AS j
-          JOIN fenceq__claims AS c ON c.job_id = j.job_id AND c.generation = j.generation
+          JOIN temp.fenceq_sample_claim AS c ON c.seq = j.seq AND c.generation = j.generation
          WHERE j.status IN ('completed', 'failed')
         UNION ALL
         SELECT j.queue, ((j.finished_at) - (((j.finished_at) % 60000000) + 60000000) % 60000000), 'run',
                min(CAST(floor(4 * log2(max((j.finished_at - c.claimed_at) / 1000.0, 1))) AS INTEGER), 127)
           FROM temp.fenceq_sample_job AS j
-          JOIN fenceq__claims AS c ON c.job_id = j.job_id AND c.generation = j.generation
+          JOIN temp.fenceq_sample_claim AS c ON c.seq = j.seq AND c.generation = j.generation
          WHERE j.status IN ('completed', 'failed')) AS d
   JOIN temp.fenceq_sample_minute AS m ON m.queue = d.queue AND m.minute = d.minute
  GROUP BY d.queue, d.minute, d.kind, d.k;

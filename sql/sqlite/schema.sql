@@ -1,4 +1,4 @@
--- fenceq for SQLite: the schema (tables, indexes, views). Version 7.
+-- fenceq for SQLite: the schema (tables, indexes, views). Version 8.
 -- Generated from templates/schema.sql by scripts/gen-sqlite: edit the template.
 --
 -- How to run: `fenceq migrate` (or apply `fenceq sql --backend sqlite`, which
@@ -99,7 +99,13 @@ CREATE TABLE IF NOT EXISTS fenceq__jobs (
     -- due time, where each claim first moves its queues' jobs that fell
     -- due (docs/design-v5.md §3). The flag decides where a job waits, never
     -- whether it is due: every claim also compares run_at with its clock.
-    scheduled         INTEGER NOT NULL DEFAULT 0
+    scheduled         INTEGER NOT NULL DEFAULT 0,
+    -- Added in version 8: each claim of the job by claim_jobs, oldest
+    -- first, as a JSON array of {"generation", "owner_id", "claimed_at"
+    -- (INTEGER microseconds), "claim_nonce"}; NULL until its first such
+    -- claim. Per-token claims (claim_next, claim_batch, adopt_dispatch)
+    -- stay in fenceq__claims rows.
+    call_claims       TEXT
 ) STRICT;
 
 -- Claim path: one ordered scan per queue over its ready jobs (claim_next
@@ -139,14 +145,20 @@ CREATE TABLE IF NOT EXISTS fenceq__submissions (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS fenceq__submissions_job_idx ON fenceq__submissions (job_id);
 
--- The claim ledger: every token used in a successful claim, until its job
--- is purged. Also the source of the fenceq_attempts view.
+-- The claim ledger: every token and every claim_jobs nonce used in a
+-- successful claim (the primary key makes them one namespace), until
+-- purge removes its jobs. A per-token row names its job and generation; a
+-- claim_jobs call's row (version 8) names neither and lists the call's
+-- jobs in claim order (job_ids, a JSON array). With the jobs' call_claims,
+-- the source of the fenceq_attempts view.
 CREATE TABLE IF NOT EXISTS fenceq__claims (
     claim_token TEXT NOT NULL PRIMARY KEY,
-    job_id      TEXT NOT NULL,
-    generation  INTEGER NOT NULL,
+    job_id      TEXT,
+    generation  INTEGER,
     owner_id    TEXT NOT NULL,
-    claimed_at  INTEGER NOT NULL
+    claimed_at  INTEGER NOT NULL,
+    job_ids     TEXT,
+    CHECK ((job_id IS NULL) = (job_ids IS NOT NULL) AND (job_id IS NULL) = (generation IS NULL))
 ) STRICT;
 CREATE INDEX IF NOT EXISTS fenceq__claims_job_idx ON fenceq__claims (job_id, generation);
 
@@ -221,12 +233,21 @@ SELECT c.job_id, c.step, c.value, c.generation,
        || printf('.%06dZ', (c.recorded_at % 1000000 + 1000000) % 1000000) AS recorded_at
   FROM fenceq__checkpoints AS c;
 
+-- One row per successful claim of a job: the per-token rows, then the
+-- claims of claim_jobs calls, from the jobs' call_claims.
 CREATE VIEW IF NOT EXISTS fenceq_attempts AS
 SELECT c.job_id, c.generation, c.owner_id,
        strftime('%Y-%m-%dT%H:%M:%S', c.claimed_at / 1000000 - (c.claimed_at % 1000000 < 0),
                 'unixepoch')
        || printf('.%06dZ', (c.claimed_at % 1000000 + 1000000) % 1000000) AS claimed_at
-  FROM fenceq__claims AS c;
+  FROM fenceq__claims AS c
+ WHERE c.job_id IS NOT NULL
+UNION ALL
+SELECT j.job_id, a.value ->> 'generation', a.value ->> 'owner_id',
+       strftime('%Y-%m-%dT%H:%M:%S', (a.value ->> 'claimed_at') / 1000000 - ((a.value ->> 'claimed_at') % 1000000 < 0),
+                'unixepoch')
+       || printf('.%06dZ', ((a.value ->> 'claimed_at') % 1000000 + 1000000) % 1000000)
+  FROM fenceq__jobs AS j JOIN json_each(j.call_claims) AS a;
 
 -- queue_stats reads pending and claimed jobs through their partial indexes,
 -- never the terminal history. oldest_due_age is in microseconds.
@@ -441,4 +462,4 @@ CREATE INDEX IF NOT EXISTS fenceq__dead_letters_unhandled_idx
     WHERE replayed_at IS NULL AND discarded_at IS NULL;
 
 -- The schema version, read by version.sql.
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;

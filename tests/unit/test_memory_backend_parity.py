@@ -424,3 +424,30 @@ def test_a_declared_queues_back_off_grows_as_on_the_database():
         delays.append(client.get_job("failing").run_at - memory.now())
         clock.advance(delays[-1].total_seconds())
     assert delays == [timedelta(minutes=1), timedelta(minutes=3), timedelta(minutes=5)]
+
+
+# One nonce per claim call (schema version 8) ---------------------------------------------------------
+
+def test_claim_jobs_and_recover_claims(db):
+    def scenario(side):
+        c = side.client
+        c.create_queue("q", lease=LONG)
+        for job_id, priority in (("low", 0), ("high", 2), ("middle", 1)):
+            c.submit("q", "t", job_id=job_id, priority=priority)
+        claims = c.claim_jobs(["q"], "w", "call", 2)
+        c.complete(claims[0].fence)
+        token = fenceq.new_claim_token()
+        single = claim(c, "q")
+        return ([(x.job_id, x.claim_token, x.generation) for x in claims],
+                [x.job_id for x in c.recover_claims("w", "call")],
+                c.recover_claim("w", "call").job_id,
+                c.recover_claims("other", "call"),
+                [x.job_id for x in c.recover_claims(single.owner_id, single.claim_token)],
+                told(lambda: c.claim_jobs(["q"], "w", "call", 1)),
+                told(lambda: c.claim_jobs(["q"], "w", single.claim_token, 1)),
+                told(lambda: c.claim_next(["q"], "w", "call")),
+                c.claim_jobs(["q"], "w", token, 3),
+                told(lambda: c.claim_jobs(["q"], "w", token, 3)))
+
+    assert alike(scenario, db) == ([("high", "call", 1), ("middle", "call", 1)], ["middle"], "middle", [], ["low"],
+                                   "QF301", "QF301", "QF301", [], [])

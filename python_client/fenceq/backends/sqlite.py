@@ -36,7 +36,7 @@ from .protocol import Capabilities, Checkpoint, Lock, Notification, Schedule, co
 from .results import Kind, answer
 from .sqlite_schedules import COMPUTED_IN_TRANSACTION
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # How long a call waits for another connection's write transaction before
 # failing with PersistenceFailed ("database is locked" never escapes raw).
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -642,13 +642,13 @@ EXPECTED_COLUMNS = {
         "concurrency_key": ("TEXT", False),
         "progress": ("TEXT", False), "progress_at": ("INTEGER", False),
         "blocked_by": ("INTEGER", False), "blocked_run_at": ("INTEGER", False),
-        "scheduled": ("INTEGER", True)},
+        "scheduled": ("INTEGER", True), "call_claims": ("TEXT", False)},
     "fenceq__submissions": {
         "submission_id": ("TEXT", True), "fingerprint": ("TEXT", True), "job_id": ("TEXT", True),
         "queue": ("TEXT", True), "created_at": ("INTEGER", True)},
     "fenceq__claims": {
-        "claim_token": ("TEXT", True), "job_id": ("TEXT", True), "generation": ("INTEGER", True),
-        "owner_id": ("TEXT", True), "claimed_at": ("INTEGER", True)},
+        "claim_token": ("TEXT", True), "job_id": ("TEXT", False), "generation": ("INTEGER", False),
+        "owner_id": ("TEXT", True), "claimed_at": ("INTEGER", True), "job_ids": ("TEXT", False)},
     "fenceq__checkpoints": {
         "job_id": ("TEXT", True), "step": ("TEXT", True), "value": ("TEXT", True),
         "generation": ("INTEGER", True), "recorded_at": ("INTEGER", True)},
@@ -800,7 +800,26 @@ def schema_checks(db: Any) -> list[SchemaCheck]:
 
     record("no_triggers", sorted(t.name for table in TABLES for t in db.table(table).triggers),
            "no triggers on fenceq tables", "unexpected triggers")
+    record("claim_kinds", [] if _claim_kinds_enforced(db) else ["fenceq__claims"],
+           "a ledger row is a per-token row or a call row", "no CHECK of the row's kind")
     return checks
+
+
+def _claim_kinds_enforced(db: Any) -> bool:
+    """Whether the ledger refuses a row that is neither kind (version 8's
+    CHECK): probe rows, rolled back, that break each half of it."""
+    for job_ids, generation in ((None, None), ("[]", 1)):
+        db.execute("SAVEPOINT fenceq_verify_claim_kinds")
+        try:
+            db.execute("INSERT INTO fenceq__claims (claim_token, owner_id, claimed_at, job_ids, generation)"
+                       " VALUES ('fenceq_verify_probe', 'probe', 0, ?, ?)", [job_ids, generation])
+        except sqlite3.IntegrityError:
+            continue
+        finally:
+            db.execute("ROLLBACK TO fenceq_verify_claim_kinds")
+            db.execute("RELEASE fenceq_verify_claim_kinds")
+        return False
+    return True
 
 
 def verify_schema(connection: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ over it (docs/testing-your-tasks.md). It is never a stand-in for the
 database where the database's rules are what a test is about.
 
 It keeps just enough of fenceq's rules for the worker's protocols and for
-producers: claims with nonces and generations, fenced writes refused once
+producers: claims with nonces and generations (a claim_jobs call's one
+nonce fencing each of its jobs, spent once), fenced writes refused once
 the fence is stale, leases on an injected clock, submissions replayed by
 submission id, active keys, priorities, dependencies, cancel requests,
 external dispatches (docs/design-v6.md: reserve, finalize, release,
@@ -40,7 +41,7 @@ from typing import Any, AsyncIterator, Sequence
 from ..backends import Capabilities, Notification
 from ..backends.protocol import CONTROL_CHANNEL, JOBS_CHANNEL
 from ..errors import PersistenceFailed, config_error, fenceq_error
-from ..ops import Op, SubmitRequest
+from ..ops import Op, Shape, SubmitRequest
 from ..types import Claim, ClaimState, Dispatch, DispatchCandidate, Job, JobEvent, ReapResult
 
 DEFAULT_LEASE = timedelta(seconds=30)
@@ -132,7 +133,8 @@ class MemoryBackend:
         self.clock = clock
         self.capabilities = Capabilities(notifications=notifications, poll_interval=0.5, control_poll=0.5)
         self.rows: dict[str, Row] = {}
-        self.ledger: dict[str, tuple[str, int]] = {}    # claim token -> (job id, generation)
+        # claim token or claim_jobs nonce -> its claims (job id, generation), in claim order
+        self.ledger: dict[str, tuple[tuple[str, int], ...]] = {}
         self.calls: list[tuple[str, float, dict[str, Any]]] = []  # (operation, clock time, arguments)
         self.applied: Counter[str] = Counter()
         self._lose: Counter[str] = Counter()
@@ -202,6 +204,8 @@ class MemoryBackend:
             raise config_error("QF100", f"the in-memory backend does not model {op.name}: "
                                "test it against a database (fenceq_postgres)")
         answer = method(**arguments)
+        if op.shape is Shape.ROW and isinstance(answer, list):
+            answer = answer[0] if answer else None  # as the database's first row: recover_claim's answers rows
         self.applied[op.name] += 1
         if self._lose[op.name]:
             self._lose[op.name] -= 1
@@ -253,6 +257,25 @@ class MemoryBackend:
 
     def claim_batch(self, queues: list[str], owner_id: str, claim_tokens: list[str],
                     lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
+        if len(set(claim_tokens)) != len(claim_tokens) or any(token in self.ledger for token in claim_tokens):
+            raise fenceq_error("QF301")  # tokens and claim_jobs nonces: one namespace
+        claims = self._claim(queues, owner_id, claim_tokens, lease, budget)
+        for claim in claims:
+            self.ledger[claim.claim_token] = ((claim.job_id, claim.generation),)
+        return claims
+
+    def claim_jobs(self, queues: list[str], owner_id: str, claim_nonce: str, max_jobs: int,
+                   lease: timedelta | None = None, budget: timedelta | None = None) -> list[Claim]:
+        if claim_nonce in self.ledger:
+            raise fenceq_error("QF301")
+        claims = self._claim(queues, owner_id, [claim_nonce] * max_jobs, lease, budget)
+        if claims:  # nothing claimed: the nonce is not spent
+            self.ledger[claim_nonce] = tuple((claim.job_id, claim.generation) for claim in claims)
+        return claims
+
+    def _claim(self, queues: list[str], owner_id: str, claim_tokens: list[str],
+               lease: timedelta | None, budget: timedelta | None) -> list[Claim]:
+        """The next claimable jobs, one per token, in claim order (the ledger is the caller's)."""
         pending = sorted((row for row in self.rows.values() if self.claimable(row, queues)),
                          key=lambda row: (-row.priority, self._due_at(row), row.queued))
         claims = []
@@ -265,7 +288,6 @@ class MemoryBackend:
             row.lease = lease or self._queue(row.queue).lease
             row.lease_expires_at = self.now() + row.lease
             row.budget_expires_at = None if budget is None else self.now() + budget
-            self.ledger[token] = (row.job_id, row.generation)
             self._event(row, "claimed", {"attempt": row.attempts}, self._held_by(row))
             claims.append(self._claim_of(row))
         return claims
@@ -275,12 +297,12 @@ class MemoryBackend:
         claims = self.claim_batch(queues, owner_id, [claim_token], lease, budget)
         return claims[0] if claims else None
 
-    def recover_claim(self, owner_id: str, claim_token: str) -> Claim | None:
-        job_id, generation = self.ledger.get(claim_token, (None, None))
-        if job_id is None:
-            return None
-        row = self._live(job_id, owner_id, generation, claim_token)
-        return None if row is None else self._claim_of(row)
+    def recover_claim(self, owner_id: str, claim_token: str) -> list[Claim]:
+        """Every claim made with the token or nonce that is still live, in
+        claim order (``run`` gives recover_claim's ROW-shaped call the first)."""
+        live = (self._live(job_id, owner_id, generation, claim_token)
+                for job_id, generation in self.ledger.get(claim_token, ()))
+        return [self._claim_of(row) for row in live if row is not None]
 
     def heartbeat(self, job_id: str, owner_id: str, generation: int, claim_token: str,
                   lease: timedelta | None = None) -> bool:
@@ -524,7 +546,7 @@ class MemoryBackend:
         row.lease = lease or row.lease or DEFAULT_LEASE
         row.lease_expires_at = self.now() + row.lease
         dispatch.generation = row.generation
-        self.ledger[claim_token] = (job_id, row.generation)
+        self.ledger[claim_token] = ((job_id, row.generation),)
         self._event(row, "dispatch_adopted", {"backend": backend, "ref": expected_ref,
                                               "previous_owner_id": previous_owner_id}, self._held_by(row))
         return self._claim_of(row)

@@ -553,7 +553,7 @@ UNION ALL SELECT 2, 'QF106', 'fenceq: a fence is malformed'
                          AND typeof(f.generation) = 'integer' AND f.generation >= 1,
                          0))
 
--- Claims (claim_next, claim_batch, recover_claim) ----------------------------
+-- Claims (claim_next, claim_batch, claim_jobs, recover_claim) ----------------
 
 -- macro: move_due(queues, now)
 -- Move the jobs of each queue of $queues (a JSON array, or NULL) that fell
@@ -664,6 +664,117 @@ INSERT INTO fenceq__events (job_id, queue, event, generation, owner_id, detail, 
 SELECT j.job_id, j.queue, 'claimed', j.generation, j.owner_id, json_object('attempt', j.attempts), c.now
   FROM $scratch AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
  WHERE c.history AND $guard;
+
+-- macro: claim_scratch
+-- claim_batch and claim_jobs: temp.fenceq_claim (the claims to make: job,
+-- token, generation before, lease, the queue's history flag and the clock
+-- reading; claim_jobs gives every job the nonce as its token), the clock
+-- read once, and the move of :queues' jobs that fell due by it.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_claim (
+    ord INTEGER PRIMARY KEY, seq INTEGER NOT NULL, token TEXT NOT NULL, generation INTEGER NOT NULL,
+    lease INTEGER NOT NULL, history INTEGER NOT NULL, now INTEGER NOT NULL);
+DELETE FROM temp.fenceq_claim;
+-- The clock, read once after BEGIN IMMEDIATE took the write lock: the move
+-- and the claim use the same reading, so a job due by it is claimable.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_claim_clock (
+    id INTEGER PRIMARY KEY CHECK (id = 1), now INTEGER NOT NULL);
+INSERT OR REPLACE INTO temp.fenceq_claim_clock (id, now)
+SELECT 1, {{now}};
+-- Before the checks: a failed check rolls the move back with the rest, and
+-- a malformed queue array moves nothing.
+{{move_due({{as_json_array(:queues)}}, (SELECT c.now FROM temp.fenceq_claim_clock AS c))}}
+
+-- macro: claim_caller_checks
+-- claim_batch and claim_jobs: the checks of :queues and :owner_id, ranks 1
+-- to 3 of a ranked UNION ALL (the file's own checks follow).
+SELECT 1 AS rank, 'QF100' AS sqlstate,
+       'fenceq: queues must be a non-empty array of at most 10000 elements' AS message
+ WHERE NOT coalesce(typeof(:queues) = 'text'
+                    AND json_array_length({{as_json_array(:queues)}}) BETWEEN 1 AND 10000, 0)
+UNION ALL SELECT 2, 'QF102', 'fenceq: queues must hold strings of 1 to 255 characters'
+ WHERE NOT {{no_nul_escape(:queues)}}
+    OR EXISTS (SELECT 1 FROM json_each({{as_json_array(:queues)}}) AS a
+                WHERE NOT (a.type = 'text' AND {{identifier(a.value, 255)}}))
+UNION ALL SELECT 3, 'QF102', 'fenceq: owner_id must be 1 to 255 characters'
+ WHERE NOT {{identifier(:owner_id, 255)}}
+
+-- macro: claim_lease_checks
+-- claim_batch and claim_jobs: the checks of :lease and :budget, ranks 6
+-- and 7 of a ranked UNION ALL.
+UNION ALL SELECT 6, 'QF105', 'fenceq: lease must be positive'
+ WHERE NOT {{optional_integer(:lease, > 0)}}
+UNION ALL SELECT 7, 'QF105', 'fenceq: budget must be positive'
+ WHERE NOT {{optional_integer(:budget, > 0)}}
+
+-- macro: unknown_queue_check
+-- claim_batch and claim_jobs: QF101 unless every queue of :queues is
+-- declared (rank 9 of the ranked UNION ALL).
+UNION ALL SELECT 9, 'QF101', 'fenceq: unknown queue'
+ WHERE (SELECT count(DISTINCT a.value) FROM json_each({{as_json_array(:queues)}}) AS a)
+       <> (SELECT count(*) FROM fenceq__queues AS q
+            WHERE q.queue IN (SELECT a.value FROM json_each({{as_json_array(:queues)}}) AS a))
+
+-- macro: claim_writes(assignments)
+-- claim_batch and claim_jobs: the claims of temp.fenceq_claim made, with
+-- $assignments (claimed_by and what the file adds), unless a generation is
+-- exhausted (QF303) or the lease or budget passes year 9999 (22008); then
+-- QF302 if storage did not keep the claim identity as sent.
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT sqlstate, message FROM (
+    SELECT 1 AS rank, 'QF303' AS sqlstate, 'fenceq: the job''s generation is exhausted' AS message
+     WHERE EXISTS (SELECT 1 FROM temp.fenceq_claim AS c WHERE c.generation >= 9223372036854775807)
+    UNION ALL SELECT 2, '22008', 'fenceq: the lease or budget ends after year 9999'
+     WHERE EXISTS (SELECT 1 FROM temp.fenceq_claim AS c
+                    WHERE c.lease > 253402300799999999 - c.now
+                       OR coalesce(:budget, 0) > 253402300799999999 - c.now)
+) WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error) ORDER BY rank LIMIT 1;
+UPDATE fenceq__jobs
+   SET $assignments
+  FROM temp.fenceq_claim AS c
+ WHERE fenceq__jobs.seq = c.seq AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- Storage must keep exactly what was sent: anything that changed it rolls
+-- the whole claim back.
+INSERT INTO temp.fenceq_error (sqlstate, message)
+SELECT 'QF302', 'fenceq: storage changed the claim identity'
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
+   AND EXISTS (SELECT 1 FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+                WHERE j.owner_id IS NOT :owner_id OR j.claim_token IS NOT c.token
+                   OR j.generation IS NOT c.generation + 1);
+
+-- macro: claims_recorded_and_answered
+-- claim_batch and claim_jobs, once the claims and their ledger row(s) are
+-- written: the rate window and the events of temp.fenceq_claim, then the
+-- answer: the error row, or the claims in claim order.
+{{record_rate_window((SELECT c.seq, c.token, c.now FROM temp.fenceq_claim AS c
+                       WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error)))}}
+{{claimed_events(temp.fenceq_claim, NOT EXISTS (SELECT 1 FROM temp.fenceq_error))}}
+SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attempt, max_attempts, owner_id,
+       generation, claim_token, lease_expires_at, budget_expires_at, cancel_requested, submission_id,
+       checkpoints
+  FROM (
+    SELECT 0 AS ord, e.sqlstate, e.message, e.detail,
+           {{claim_nulls}}
+      FROM temp.fenceq_error AS e
+    UNION ALL
+    SELECT c.ord, NULL, NULL, NULL,
+           {{claim_columns}}
+      FROM temp.fenceq_claim AS c JOIN fenceq__jobs AS j ON j.seq = c.seq
+     WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error))
+ ORDER BY ord;
+
+-- macro: max_jobs
+-- claim_jobs: :max_jobs as a LIMIT (0 when it is not an integer from 1 to
+-- 10000: the file's check refuses it, and a negative LIMIT has none).
+CASE WHEN typeof(:max_jobs) = 'integer' AND :max_jobs BETWEEN 1 AND 10000
+     THEN :max_jobs ELSE 0 END
+
+-- macro: call_claimed_by
+-- claim_jobs: the assignments of a claim (claimed_by, the nonce as the
+-- token), and the claim appended to the job's call_claims.
+{{claimed_by(c.token)}},
+call_claims = json_insert(coalesce(fenceq__jobs.call_claims, '[]'), '$[#]',
+                          json_object('generation', c.generation + 1, 'owner_id', :owner_id,
+                                      'claimed_at', c.now, 'claim_nonce', c.token))
 
 -- macro: claim_nulls
 -- The claim columns of an error row.

@@ -2,7 +2,9 @@
 --
 -- Deletes terminal jobs finished before now - older_than, oldest first, at
 -- most max_rows, with their checkpoints, claim ledger rows, dependency
--- edges, handled dead letters, dispatch records and events. Jobs with a
+-- edges, handled dead letters, dispatch records and events; the ledger row
+-- of a claim_jobs call goes once none of the call's jobs is left (until
+-- then its nonce stays spent). Jobs with a
 -- dead letter that is neither replayed nor discarded are kept. Per queue
 -- with a history retention, events older than it go too (at most max_rows
 -- of them). Submission identities outlive the purge unless
@@ -16,10 +18,17 @@
 --
 -- Differs from PostgreSQL in that the cutoffs are inclusive
 -- (finished_at <= now - older_than, at <= now - retention): the clock counts milliseconds, so a
--- job finished earlier in the same millisecond is not kept.
+-- job finished earlier in the same millisecond is not kept. Purges take
+-- turns on the write lock, so a call's ledger row always goes with the
+-- last of its jobs (PostgreSQL's concurrent purges of two jobs of one
+-- call may leave it); the call's nonces are read from the jobs' JSON
+-- call_claims.
 {{error_table}}
 CREATE TEMP TABLE IF NOT EXISTS fenceq_purge (job_id TEXT PRIMARY KEY);
 DELETE FROM temp.fenceq_purge;
+-- The nonces of the claim_jobs calls that claimed a purged job.
+CREATE TEMP TABLE IF NOT EXISTS fenceq_purge_call (claim_nonce TEXT PRIMARY KEY);
+DELETE FROM temp.fenceq_purge_call;
 INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT sqlstate, message FROM (
     SELECT 1 AS rank, 'QF105' AS sqlstate,
@@ -40,6 +49,11 @@ SELECT j.job_id
    AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error)
  ORDER BY j.finished_at, j.seq
  LIMIT {{row_limit(:max_rows, 10000)}};
+INSERT OR IGNORE INTO temp.fenceq_purge_call (claim_nonce)
+SELECT a.value ->> 'claim_nonce'
+  FROM temp.fenceq_purge AS p JOIN fenceq__jobs AS j ON j.job_id = p.job_id
+  JOIN json_each(j.call_claims) AS a
+ WHERE NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__checkpoints
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__claims
@@ -68,6 +82,13 @@ DELETE FROM fenceq__dependencies
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__jobs
  WHERE job_id IN (SELECT job_id FROM temp.fenceq_purge) AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
+-- A call's ledger row, once none of its jobs exists (by primary key, then
+-- each of its jobs by job_id).
+DELETE FROM fenceq__claims
+ WHERE claim_token IN (SELECT p.claim_nonce FROM temp.fenceq_purge_call AS p)
+   AND job_id IS NULL
+   AND NOT EXISTS (SELECT 1 FROM json_each(fenceq__claims.job_ids) AS m JOIN fenceq__jobs AS j ON j.job_id = m.value)
+   AND NOT EXISTS (SELECT 1 FROM temp.fenceq_error);
 DELETE FROM fenceq__submissions
  WHERE :submissions_older_than IS NOT NULL
    AND created_at <= (SELECT {{now}})
