@@ -171,7 +171,7 @@ class Model:
         self.queues = queues
         self.jobs: list[Job] = []
         self.identities: dict[str, tuple[Request, int]] = {}   # submission id -> (request, job handle)
-        self.ledger: dict[str, int] = {}                        # claim token -> job handle
+        self.ledger: dict[str, tuple[int, ...]] = {}            # claim token or call nonce -> job handles
         self.locks: dict[str, Lock] = {}
         self.schedules: dict[str, Schedule] = {}
         self.seq = 0
@@ -277,29 +277,39 @@ class Model:
 
     # Workers -------------------------------------------------------------------
     def claim(self, queues: list[str], owner: str, token: str, short: bool, now: tuple) -> Job | None:
-        if token in self.ledger:
-            raise Refused("QF301")
-        eligible = [j for j in self.live_jobs()
-                    if j.queue in queues and j.status == "pending" and j.due is not None and j.due <= now
-                    and not j.waiting_on and not j.expires_past and not self.queues[j.queue].paused]
-        if not eligible:
-            return None
-        job = min(eligible, key=lambda j: (-j.priority, j.due, j.seq))
-        job.status = "claimed"
-        job.attempts += 1
-        job.generation += 1
-        job.owner, job.token, job.short_lease, job.lease_step = owner, token, short, now[1]
-        job.cancel_requested = False
-        self.ledger[token] = job.handle
-        job.claims.append((job.generation, owner))
-        return job
+        jobs = self.claim_jobs(queues, owner, token, 1, short, now)
+        return jobs[0] if jobs else None
 
-    def recover(self, owner: str, token: str) -> Job | None:
-        handle = self.ledger.get(token)
-        if handle is None:
-            return None
-        job = self.jobs[handle]
-        return self.live(Fence(handle, owner, job.generation, token)) if job.token == token else None
+    def claim_jobs(self, queues: list[str], owner: str, nonce: str, max_jobs: int, short: bool,
+                   now: tuple) -> list[Job]:
+        """Up to max_jobs claims under one nonce (claim_next's rules; one
+        token is a call of one)."""
+        if nonce in self.ledger:
+            raise Refused("QF301")
+        eligible = sorted((j for j in self.live_jobs()
+                           if j.queue in queues and j.status == "pending" and j.due is not None
+                           and j.due <= now and not j.waiting_on and not j.expires_past
+                           and not self.queues[j.queue].paused),
+                          key=lambda j: (-j.priority, j.due, j.seq))[:max_jobs]
+        for job in eligible:
+            job.status = "claimed"
+            job.attempts += 1
+            job.generation += 1
+            job.owner, job.token, job.short_lease, job.lease_step = owner, nonce, short, now[1]
+            job.cancel_requested = False
+            job.claims.append((job.generation, owner))
+        if eligible:
+            self.ledger[nonce] = tuple(job.handle for job in eligible)
+        return eligible
+
+    def recover(self, owner: str, token: str) -> list[Job]:
+        """The live claims of this token or call nonce, in claim order."""
+        found = []
+        for handle in self.ledger.get(token, ()):
+            job = self.jobs[handle]
+            if job.token == token and self.live(Fence(handle, owner, job.generation, token)):
+                found.append(job)
+        return found
 
     def renew(self, fence: Fence, short: bool, now: tuple) -> bool:
         """A heartbeat; a short one lets the claim lapse before the next step."""
@@ -459,7 +469,7 @@ class Model:
         job.generation += 1
         job.owner, job.token, job.short_lease, job.lease_step, job.pid = owner, token, short, now[1], None
         dispatch.generation = job.generation
-        self.ledger[token] = job.handle
+        self.ledger[token] = (job.handle,)
         job.claims.append((job.generation, owner))
         return job
 
@@ -500,8 +510,9 @@ class Model:
             if job.terminal and all(letter.handled for letter in job.letters):
                 job.purged = True
                 purged += 1
-                for token in [t for t, h in self.ledger.items() if h == job.handle]:
-                    del self.ledger[token]
+        # A ledger entry goes with the last of its jobs.
+        for token in [t for t, hs in self.ledger.items() if all(self.jobs[h].purged for h in hs)]:
+            del self.ledger[token]
         if forget_identities:
             for sid in [s for s, (_, h) in self.identities.items() if self.jobs[h].purged]:
                 del self.identities[sid]
