@@ -1,5 +1,5 @@
 """SQLite, the embedded default: ``fenceq.Worker`` against fenceq's own loop
-of ``claim_batch`` of 100 + ``complete_batch`` through the client, and a bare
+of ``claim_jobs`` of 100 + ``complete_batch`` through the client, and a bare
 sqlite3 loop of 100 jobs per transaction (issue 29's SQLite target).
 
     .venv/bin/python -m bench.sqlite_worker [DIRECTORY] [--jobs N] [--rounds R] [--json]
@@ -15,8 +15,9 @@ process's CPU over the same span.
 
 - **Worker**: ``bench.worker_bench``'s drain: ``Worker(app, url=..., concurrency=16)``,
   async no-op handler.
-- **fenceq loop**: ``claim_batch`` of 100 nonces, then ``complete_batch``
-  of what it claimed, until a claim comes back empty.
+- **fenceq loop**: ``claim_jobs`` of 100 under one nonce (version 8; the
+  loop of earlier runs sent ``claim_batch`` of 100 nonces), then
+  ``complete_batch`` of what it claimed, until a claim comes back empty.
 - **bare loop**: ``UPDATE ... WHERE id IN (SELECT ... LIMIT 100) RETURNING``
   and one ``UPDATE`` completing them, each in its own transaction.
 """
@@ -100,7 +101,7 @@ def drain_loop(path: Path, n: int) -> tuple[float, float]:
     _fill_fenceq(client, n)
 
     def step() -> int:
-        claims = client.claim_batch([QUEUE], "loop", [secrets.token_hex(16) for _ in range(BATCH)])
+        claims = client.claim_jobs([QUEUE], "loop", secrets.token_hex(16), BATCH)
         if claims:
             assert all(client.complete_batch([claim.fence for claim in claims]))
         return len(claims)
