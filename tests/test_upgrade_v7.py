@@ -63,7 +63,7 @@ def test_6_to_7_keeps_work_in_flight_and_rolls_back_exactly(v6_database):
         live = claim(client, "q")
         waiting = client.submit("q", "waiting", {"customer": 7})
 
-    assert all(check.ok for check in migrate(url))
+    apply_through(url, "0007_fenceq_v7")  # this step's test: the steps above it have their own
     assert _definitions(url) == v6_hot_path, "no function of the hot path was replaced"
     with fenceq.connect(url) as client:
         assert client.version() == "7"
@@ -83,7 +83,7 @@ def test_6_to_7_keeps_work_in_flight_and_rolls_back_exactly(v6_database):
     assert refused.value.sqlstate == "QF901"
     with fenceq.connect(url) as client:
         assert client.version() == "7"
-    assert rollback(url, to_version=6, allow_data_loss=True) == steps_above("postgres", 6)
+    assert rollback(url, to_version=6, allow_data_loss=True) == ["0007_fenceq_v7"]
     assert schema_dump_pg(url) == v6_dump, "version 6's functions, tables and grants, exactly as the released steps made them"
     with fenceq.connect(url) as client:
         assert client.version() == "6"
