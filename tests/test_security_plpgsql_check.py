@@ -27,7 +27,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "never used; harmless, in the released text of version 3 (a migration would change no behaviour)",
     ("submit_batch", "42804", 'target type is different type than source type: cast "text" value to "text[]" type'):
         _EMPTY_ARRAY_LITERAL,
-    ("claim_batch", "42804", 'target type is different type than source type: cast "text" value to "text[]" type'):
+    ("_pick", "42804", 'target type is different type than source type: cast "text" value to "text[]" type'):
         _EMPTY_ARRAY_LITERAL,
     ("_pick_limited", "42804", 'target type is different type than source type: cast "text" value to "text[]" type'):
         _EMPTY_ARRAY_LITERAL,

@@ -64,6 +64,9 @@ $$;
 REVOKE ALL ON SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA fenceq FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fenceq FROM PUBLIC;
+-- A type's default lets PUBLIC use it; the private one (version 8) is the
+-- functions' own.
+REVOKE ALL ON TYPE fenceq._call_claim FROM PUBLIC;
 
 -- Group roles (docs/guarantees.md §10), NOLOGIN; applications log in as their own
 -- roles and are granted one of these. Roles are cluster-wide: membership

@@ -5814,6 +5814,8 @@ GRANT USAGE ON SCHEMA fenceq TO fenceq_producer;
 GRANT USAGE ON SCHEMA fenceq TO fenceq_worker;
 GRANT USAGE ON SCHEMA fenceq TO fenceq_admin;
 
+REVOKE ALL ON TYPE fenceq._call_claim FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION fenceq._action_detail(action text, filter jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._activity_end(now timestamp with time zone) FROM PUBLIC;

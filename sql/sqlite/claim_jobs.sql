@@ -86,7 +86,7 @@ SELECT sqlstate, message FROM (
     UNION ALL SELECT 7, 'QF105', 'fenceq: budget must be positive'
      WHERE NOT (:budget IS NULL
                 OR (typeof(:budget) = 'integer' AND :budget > 0))
-    UNION ALL SELECT 8, 'QF301', 'fenceq: a claim nonce was already used; recover the claims instead'
+    UNION ALL SELECT 8, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
      WHERE EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_nonce)
     UNION ALL SELECT 9, 'QF101', 'fenceq: unknown queue'
      WHERE (SELECT count(DISTINCT a.value) FROM json_each(CASE WHEN json_valid(:queues)

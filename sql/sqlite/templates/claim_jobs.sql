@@ -38,7 +38,7 @@ SELECT sqlstate, message FROM (
     UNION ALL SELECT 5, 'QF104', 'fenceq: max_jobs must be an integer from 1 to 10000'
      WHERE NOT (typeof(:max_jobs) = 'integer' AND :max_jobs BETWEEN 1 AND 10000)
     {{claim_lease_checks}}
-    UNION ALL SELECT 8, 'QF301', 'fenceq: a claim nonce was already used; recover the claims instead'
+    UNION ALL SELECT 8, 'QF301', 'fenceq: a claim token was already used; recover the claim instead'
      WHERE EXISTS (SELECT 1 FROM fenceq__claims AS c WHERE c.claim_token = :claim_nonce)
     {{unknown_queue_check}}
 ) ORDER BY rank LIMIT 1;
