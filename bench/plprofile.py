@@ -8,7 +8,8 @@ goes, line by line of PL/pgSQL, measured by plprofiler (Debian's
 Each workload runs in a database the run creates and drops, called as
 another language would (autocommit, a fresh claim token per claim), after a
 warm-up: one job at a time (``claim_next`` + ``complete``), a batch
-(``claim_batch``, one ``heartbeat_batch``, ``complete_batch``), ``submit``
+(``claim_batch``, one ``heartbeat_batch``, ``complete_batch``), the same
+with ``claim_jobs``' one nonce per call (version 8), ``submit``
 and ``submit`` with a submission id. For each it prints every line of
 every function that took at least ``--min-us`` microseconds per call of
 the workload; line 0 is the function's whole call. Without
@@ -64,6 +65,17 @@ def batches(conn: psycopg.Connection, calls: int, batch: int) -> None:
                      (*fences, ["{}"] * len(rows)))
 
 
+def calls_of(conn: psycopg.Connection, calls: int, batch: int) -> None:
+    """``batches``' workload with one ``claim_jobs`` nonce per call (version 8)."""
+    for _ in range(calls):
+        rows = conn.execute("SELECT job_id, generation, claim_token FROM fenceq.claim_jobs(%s, 'w', %s, %s)",
+                            ([QUEUE], uuid.uuid4().hex, batch)).fetchall()
+        fences = ([r[0] for r in rows], ["w"] * len(rows), [r[1] for r in rows], [r[2] for r in rows])
+        conn.execute("SELECT fenceq.heartbeat_batch(%s::text[], %s::text[], %s::bigint[], %s::text[])", fences)
+        conn.execute("SELECT fenceq.complete_batch(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::jsonb[])",
+                     (*fences, ["{}"] * len(rows)))
+
+
 def submits(conn: psycopg.Connection, calls: int) -> None:
     for i in range(calls):
         conn.execute("SELECT fenceq.submit(queue => %s, task => 't', payload => %s::jsonb)",
@@ -84,6 +96,8 @@ def workloads(batch: int) -> dict[str, tuple[int, Workload]]:
     return {"one job at a time (claim_next + complete)": (1, one_at_a_time),
             f"batches of {batch} (claim_batch + heartbeat_batch + complete_batch)":
                 (batch, lambda conn, calls: batches(conn, calls, batch)),
+            f"calls of {batch} (claim_jobs + heartbeat_batch + complete_batch)":
+                (batch, lambda conn, calls: calls_of(conn, calls, batch)),
             "submit": (0, submits),
             "submit with a submission id": (0, owned_submits)}
 

@@ -144,6 +144,19 @@ def test_bad_sql_call_raises_its_code_and_changes_nothing(seeded, statement, sql
         assert secret not in message
 
 
+def test_complete_batch_refuses_one_result_past_the_bounds_among_plain_ones(seeded):
+    """complete_batch looks at its results once, set-wise, and checks each
+    only when one needs it: a result nested too deep beside a plain one is
+    still refused, with nothing changed."""
+    before = seeded.sql(SNAPSHOT)
+    with psycopg.connect(seeded.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SELECT fenceq.complete_batch('{a,b}', '{w,w}', '{1,1}', '{t,t}',"
+                         " ARRAY['{}', repeat('[', 129) || repeat(']', 129)]::jsonb[])")
+    assert info.value.sqlstate == "QF103"
+    assert seeded.sql(SNAPSHOT) == before
+
+
 def test_batch_errors_name_the_index_in_detail(seeded):
     with psycopg.connect(seeded.url, autocommit=True) as conn:
         with pytest.raises(psycopg.Error) as info:

@@ -13,6 +13,9 @@ answers every job of the call still claimed under it. Each job row keeps
 its claims by calls (_jobs.call_claims), which the attempts view, purge and
 sample_activity read. claim_batch keeps its behaviour; its pick and its
 claim statement move into _pick and _claim_picked, which claim_jobs shares.
+complete_batch looks at its results once, set-wise, as complete does, and
+checks each only when one needs a closer look (the same answers and
+errors; a batch of plain results no longer calls _check_json per result).
 
 The step applies sql/0008_fenceq_v8.sql, generated from the parts by
 scripts/gen-pg-step: the type _call_claim, the two ALTER TABLEs, the new
@@ -40,7 +43,7 @@ from pathlib import Path
 from yoyo import step
 
 FOLDER = Path(__file__).parent / "sql"
-CHANGED = ("claim_batch", "recover_claim", "purge", "sample_activity", "verify_schema", "version")
+CHANGED = ("claim_batch", "recover_claim", "complete_batch", "purge", "sample_activity", "verify_schema", "version")
 ADDED = ("claim_jobs(text[], text, text, integer, interval, interval)",
          "_claim_picked(text[], text, text[], text, interval, interval)",
          "_pick(text[], integer)")

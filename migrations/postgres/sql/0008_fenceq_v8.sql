@@ -7,8 +7,9 @@
 -- the claim in call_claims. claim_batch's pick and claim move into _pick and
 -- _claim_picked, which claim_jobs shares; recover_claim answers every job of a
 -- call; the attempts view, purge and sample_activity read the claims the job
--- rows keep; verify_schema and version are replaced; part 9 (ownership,
--- privileges, the admission check) runs again.
+-- rows keep; complete_batch checks its results set-wise; verify_schema and
+-- version are replaced; part 9 (ownership, privileges, the admission check)
+-- runs again.
 
 SELECT set_config('fenceq.installer_search_path', current_setting('search_path'), true),
        set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -449,6 +450,97 @@ END
 $$;
 COMMENT ON FUNCTION fenceq.recover_claim(text, text) IS
     'The live claims made by this exact owner with this claim token (zero or one row) or claim_jobs nonce (every job of the call still claimed under it). Does not claim again and does not renew the lease.';
+
+-- complete_batch: complete many fences in one transaction, rows locked in job
+-- id order. Element i answers as complete would for fence i.
+CREATE OR REPLACE FUNCTION fenceq.complete_batch(
+    job_ids text[], owner_ids text[], generations bigint[], claim_tokens text[],
+    results jsonb[] DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, fenceq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer;
+    v_now timestamptz;
+    v_answers boolean[];
+    v_completed text[];
+    v_notify_done text[];  -- the completed jobs whose queues notify
+    v_logged text[];  -- the completed jobs whose queues keep events (part 8b)
+BEGIN
+    v_count := fenceq._check_batch(complete_batch.job_ids, complete_batch.owner_ids,
+        complete_batch.generations, complete_batch.claim_tokens);
+    IF complete_batch.results IS NOT NULL AND (cardinality(complete_batch.results) <> v_count
+        OR (v_count > 0 AND array_ndims(complete_batch.results) <> 1)) THEN
+        PERFORM fenceq._raise('QF100', 'results must have one element per fence');
+    END IF;
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    -- One set-wise look at the results (complete's own test, version 8):
+    -- only a batch with a result that needs a closer look checks each.
+    IF complete_batch.results IS NOT NULL
+       AND NOT (SELECT bool_and(fenceq._is_plain_json(r.value)) FROM unnest(complete_batch.results) AS r(value)) THEN
+        PERFORM fenceq._check_json(r.value, 'result') FROM unnest(complete_batch.results) AS r(value)
+         WHERE r.value IS NOT NULL;
+    END IF;
+    PERFORM 1 FROM fenceq._jobs AS j WHERE j.job_id = ANY (complete_batch.job_ids)
+     ORDER BY j.job_id FOR UPDATE;
+    v_now := clock_timestamp();  -- read after the row locks are held
+    -- One call at a time, the first element naming a job's live fence would
+    -- complete it and every later one would find it completed: so exactly
+    -- the first live element per job wins.
+    -- The results are unnested beside the fences (NULL results: NULL each):
+    -- subscripting an array of jsonb walks it from its start every time.
+    WITH fences AS (
+        SELECT f.j, f.o, f.g, f.t, f.r, f.i
+          FROM unnest(complete_batch.job_ids, complete_batch.owner_ids,
+                      complete_batch.generations, complete_batch.claim_tokens, complete_batch.results)
+               WITH ORDINALITY AS f(j, o, g, t, r, i)),
+    winners AS (
+        SELECT DISTINCT ON (f.j) f.j, f.r, f.i
+          FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
+         CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
+         WHERE j.status = 'claimed' AND j.owner_id = f.o
+           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+           AND NOT j.cancel_requested
+         ORDER BY f.j, f.i),
+    completed AS (
+        UPDATE fenceq._jobs AS j
+           SET status = 'completed', finished_at = v_now, result = w.r
+          FROM winners AS w
+         WHERE j.job_id = w.j
+        RETURNING w.i, w.j, j.queue)
+    SELECT (SELECT array_agg(a.completed ORDER BY a.i)  -- grouped, as in heartbeat_batch
+              FROM (SELECT u.i, bool_or(u.completed) AS completed
+                      FROM (SELECT f.i, false AS completed FROM fences AS f
+                            UNION ALL
+                            SELECT c.i, true FROM completed AS c) AS u
+                     GROUP BY u.i) AS a),
+           (SELECT array_agg(c.j) FROM completed AS c),
+           (SELECT array_agg(c.j) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.notify_done)),
+           (SELECT array_agg(c.j ORDER BY c.i) FROM completed AS c
+             WHERE EXISTS (SELECT 1 FROM fenceq._queues AS q WHERE q.queue = c.queue AND q.history))
+      INTO v_answers, v_completed, v_notify_done, v_logged;
+    IF EXISTS (SELECT 1 FROM fenceq._dependencies AS d WHERE d.depends_on = ANY (v_completed)) THEN
+        PERFORM fenceq._settle_dependents(v_completed, true);
+    END IF;
+    IF v_notify_done IS NOT NULL THEN
+        PERFORM fenceq._notify_done(v_notify_done);
+    END IF;
+    IF v_logged IS NOT NULL THEN
+        PERFORM fenceq._record_events(v_logged, 'completed');
+    END IF;
+    RETURN v_answers;
+END
+$$;
+COMMENT ON FUNCTION fenceq.complete_batch(text[], text[], bigint[], text[], jsonb[]) IS
+    'Complete many fences in one transaction; element i answers as complete would for fence i. QF100 for arrays of unequal length.';
 
 -- purge: delete terminal jobs finished before now - older_than, oldest first,
 -- at most max_rows, with their checkpoints, claim ledger rows (their tokens
