@@ -39,6 +39,13 @@ RELEASED = {
     "migrations/sqlite/sql/0006_fenceq_v6.sql": "a452e723851c6c32ae96c955b6d6eeca25e035e3e63751f19828fa90b922abc4",
     "migrations/postgres/0007_fenceq_v7.py": "f08060fa9c9e21bdd1861c6651aed85a9604aa960b45d8a8d01d725e0c11fca5",
     "migrations/postgres/sql/0007_fenceq_v7.sql": "6228a858eb0c9b6659ba65ec4f0b9686919bf3317c3e6e0f45006577c6fd5721",
+    "migrations/sqlite/0007_fenceq_v7.py": "dbc76bf4238b267ef0f63576f6ea032df9e77cf98ef75c9851a931e5a076bc99",
+    "migrations/sqlite/sql/0007_fenceq_v7.sql": "6c4a30f576383a2914704c64b603684bc851c6f6b255b1a90e516a3ac427d74a",
+    "migrations/postgres/0008_fenceq_v8.py": "7992676519fe2983db66d5fddc2205b081c8bcef056d3ab3beb8a028e034a619",
+    "migrations/postgres/sql/0008_fenceq_v8.sql": "ecb1e355420dd44a481fd49d34915279475b8345937ef08e5d20496176ca3db4",
+    "migrations/sqlite/0008_fenceq_v8.py": "ae655679c6dc55c0f4ad2cd550cbf4dd5f56dac3ad2ef09473642b1d84049dd4",
+    "migrations/sqlite/sql/0008_fenceq_v8.sql": "c9c399937f252e3719956f69b31bb678f2f7526cf7c3d7283b6dac8e28965399",
+    "migrations/sqlite/sql/0008_fenceq_v8_rollback.sql": "0abc984589befc88f7aa230c0c5d2756e5ba1d40506442d76b3f1e63b9fe4ec0",
 }
 
 V1_COMMIT = "8e56bfc"
