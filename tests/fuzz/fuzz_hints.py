@@ -102,6 +102,8 @@ class Context:
             # The call's fence, most of the time.
             return st.tuples(st.integers(0, 4), own).map(
                 lambda t: self.focus[part] if self.focus is not None and t[0] < 4 else t[1])
+        if name == "claim_nonce":  # claim_jobs (version 8): fresh, or a key some claim spent
+            return st.one_of(FRESH_TOKENS, self.from_pool("tokens", hostile_text()))
         if name == "dlq_id":
             return self.from_pool("dlq_ids", st.one_of(FRESH_TOKENS, hostile_text()))
         if name in SMALL_POOLS:

@@ -230,7 +230,9 @@ class State:
             ARRAY(SELECT ARRAY[job_id, owner_id, generation::text, claim_token] FROM fenceq._jobs
                    WHERE status = 'claimed' ORDER BY job_id LIMIT 40),
             ARRAY(SELECT ARRAY[c.job_id, c.owner_id, c.generation::text, c.claim_token] FROM fenceq._claims AS c
-                   ORDER BY c.claimed_at DESC LIMIT 20),
+                   WHERE c.job_id IS NOT NULL ORDER BY c.claimed_at DESC LIMIT 20),
+            -- Every spent key: a claim_jobs call's row (version 8) names no job of its own.
+            ARRAY(SELECT c.claim_token FROM fenceq._claims AS c ORDER BY c.claimed_at DESC LIMIT 20),
             ARRAY(SELECT job_id FROM fenceq._jobs ORDER BY seq DESC LIMIT 40),
             ARRAY(SELECT dlq_id FROM fenceq._dead_letters ORDER BY failed_at DESC LIMIT 20),
             (SELECT count(*) FROM fenceq._jobs)"""
@@ -242,10 +244,10 @@ class State:
         return self.context.pools
 
     def refresh(self) -> None:
-        versions, digest, queues, live, stale, job_ids, dlq_ids, jobs = self.conn.execute(self.query).fetchone()
+        versions, digest, queues, live, stale, tokens, job_ids, dlq_ids, jobs = self.conn.execute(self.query).fetchone()
         self.versions, self.digest = versions, digest
         self.context.pools = Pools(queues, [_fence(f) for f in live], [_fence(f) for f in stale],
-                           [f[3] for f in stale], job_ids, dlq_ids, jobs)
+                           tokens, job_ids, dlq_ids, jobs)
 
     def changed(self) -> bool:
         """Whether the committed content of some table differs from the

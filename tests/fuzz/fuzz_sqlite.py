@@ -102,10 +102,12 @@ class State:
         live = run("SELECT job_id, owner_id, generation, claim_token FROM fenceq__jobs"
                    " WHERE status = 'claimed' ORDER BY job_id LIMIT 40").fetchall()
         stale = run("SELECT job_id, owner_id, generation, claim_token FROM fenceq__claims"
-                    " ORDER BY claimed_at DESC LIMIT 20").fetchall()
+                    " WHERE job_id IS NOT NULL ORDER BY claimed_at DESC LIMIT 20").fetchall()
+        # Every spent key: a claim_jobs call's row (version 8) names no job of its own.
+        tokens = [r[0] for r in run("SELECT claim_token FROM fenceq__claims ORDER BY claimed_at DESC LIMIT 20")]
         self.context.pools = Pools(
             queues=[r[0] for r in run("SELECT queue FROM fenceq__queues ORDER BY queue LIMIT 60")],
-            fences=[tuple(r) for r in live], stale=[tuple(r) for r in stale], tokens=[r[3] for r in stale],
+            fences=[tuple(r) for r in live], stale=[tuple(r) for r in stale], tokens=tokens,
             job_ids=[r[0] for r in run("SELECT job_id FROM fenceq__jobs ORDER BY seq DESC LIMIT 40")],
             dlq_ids=[r[0] for r in run("SELECT dlq_id FROM fenceq__dead_letters ORDER BY failed_at DESC LIMIT 20")],
             jobs=run("SELECT count(*) FROM fenceq__jobs").fetchone()[0])
