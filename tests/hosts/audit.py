@@ -20,7 +20,8 @@ from typing import Any, Iterable
 WRITES = {"heartbeat": "heartbeats", "heartbeat_batch": "heartbeats", "checkpoint": "checkpoints",
           "complete": "completions", "complete_batch": "completions", "fail": "failures",
           "release": "releases", "acknowledge_cancel": "acknowledgements"}
-CLAIMS = ("claim_next", "claim_batch", "recover_claim")
+CLAIMS = ("claim_next", "claim_batch", "claim_jobs", "recover_claim", "recover_claims")
+RECOVERIES = ("recover_claim", "recover_claims")  # recover_claims: every claim of a claim_jobs nonce
 # The handler's own table: one row per finish in ctx.transaction(), committed
 # with its completion (docs/transactions.md).
 EFFECTS_TABLE = "CREATE TABLE host_effects (job_id text NOT NULL, generation integer NOT NULL, owner_id text NOT NULL)"
@@ -262,7 +263,7 @@ def _figures(db: Database, hosts: list[Journals], lease: float) -> dict[str, Any
                 unanswered += 1
             elif call["t1"] - call["t0"] > lease:
                 late_acks += 1
-            if call["op"] == "recover_claim" and "answer" in call:
+            if call["op"] in RECOVERIES and "answer" in call:
                 if call["answer"]:
                     recovered += 1
                 else:

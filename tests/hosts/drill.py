@@ -40,7 +40,7 @@ import psycopg
 
 import fenceq
 import netlab
-from audit import CHECKS, EFFECTS_TABLE, Database, Journals, audit, late_writes
+from audit import CHECKS, EFFECTS_TABLE, RECOVERIES, Database, Journals, audit, late_writes
 
 HERE = Path(__file__).resolve().parent
 PG_BIN = Path(os.environ.get("FENCEQ_PG_BINDIR", "/usr/lib/postgresql/15/bin"))
@@ -347,7 +347,7 @@ class Drill:
             f"{o.loss * 100:g}% loss, answers lost for ~{o.outage:g}s every ~{o.outage_gap:g}s")
 
         def recovered() -> bool:
-            return any(c["op"] == "recover_claim" and c.get("answer") for c in self.workers[host].journals().calls)
+            return any(c["op"] in RECOVERIES and c.get("answer") for c in self.workers[host].journals().calls)
         try:
             wait_for(recovered, f"a claim of {host} to be recovered by nonce", interval=0.5)
         finally:
@@ -407,7 +407,7 @@ class Drill:
                 "answered_after_a_lease": sum(1 for c in in_window if "t1" in c and "error" not in c
                                               and c["t1"] - c["t0"] > self.options.lease),
                 "never_answered": sum(1 for c in in_window if "error" in c),
-                "claims_recovered_by_nonce": sum(1 for c in in_window if c["op"] == "recover_claim"
+                "claims_recovered_by_nonce": sum(1 for c in in_window if c["op"] in RECOVERIES
                                                  and c.get("answer"))},
             "partition": {k: v for k, v in partition.items() if k not in ("fences", "healed_at")}
             | {"late_writes": partition_late},

@@ -105,7 +105,9 @@ def _claimed(claim: Claim | None) -> list:
 CALLS = {
     "claim_next": (None, lambda answer: _claimed(answer), lambda answer: answer is not None),
     "claim_batch": (None, lambda answer: [f for c in answer for f in _claimed(c)], len),
+    "claim_jobs": (None, lambda answer: [f for c in answer for f in _claimed(c)], len),
     "recover_claim": (None, lambda answer: _claimed(answer), lambda answer: answer is not None),
+    "recover_claims": (None, lambda answer: [f for c in answer for f in _claimed(c)], len),
     "heartbeat": (lambda fence: [_fence(fence)], None, bool),
     "heartbeat_batch": (lambda fences: [_fence(f) for f in fences], None, list),
     "checkpoint": (lambda fence: [_fence(fence)], None, lambda value: value is not None),
