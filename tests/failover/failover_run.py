@@ -422,8 +422,10 @@ class Run:
                 if kind == "completions" and accepted and (
                         job is None or (job["status"], job["generation"], job["owner"]) != ("completed", gen, owner)):
                     report.flag("acknowledged_completion_missing", f"{journal.host}: {job_id} gen {gen}")
+        # Every claim, by token (the ledger's rows) or by a claim_jobs call
+        # (version 8: the jobs' call_claims): one per (job, generation).
         for (reused,) in connection.execute(
-                "SELECT count(*) - count(DISTINCT (job_id, generation)) FROM fenceq._claims"):
+                "SELECT count(*) - count(DISTINCT (job_id, generation)) FROM fenceq.attempts"):
             if reused:
                 report.flag("claim_token_reused", f"{reused} claims share a (job, generation)")
         blocked = dict(connection.execute("SELECT job_id, blocked_by FROM fenceq._jobs WHERE blocked_by IS NOT NULL"))
