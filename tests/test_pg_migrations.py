@@ -36,7 +36,8 @@ def test_migrate_is_idempotent(empty_db):
     assert all(c.ok for c in migrate(empty_db))
     assert all(c.ok for c in migrate(empty_db))
     assert _applied(empty_db) == ["0001_fenceq_v1", "0002_fenceq_v2", "0003_fenceq_v3", "0004_fenceq_v4", "0005_fenceq_v5",
-                                 "0006_fenceq_v6", "0007_fenceq_v7", "0008_fenceq_v8"]
+                                 "0006_fenceq_v6", "0007_fenceq_v7", "0008_fenceq_v8",
+                                 "0009_fenceq_v9"]
 
 
 def test_install_script_records_the_migrations(empty_db):
@@ -57,7 +58,8 @@ def test_concurrent_migrations_all_succeed(empty_db):
         results = list(pool.map(migrate, [empty_db] * 4))
     assert all(all(c.ok for c in checks) for checks in results)
     assert _applied(empty_db) == ["0001_fenceq_v1", "0002_fenceq_v2", "0003_fenceq_v3", "0004_fenceq_v4", "0005_fenceq_v5",
-                                 "0006_fenceq_v6", "0007_fenceq_v7", "0008_fenceq_v8"]
+                                 "0006_fenceq_v6", "0007_fenceq_v7", "0008_fenceq_v8",
+                                 "0009_fenceq_v9"]
 
 
 def test_rollback_then_upgrade_again(empty_db):

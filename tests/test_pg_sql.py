@@ -252,7 +252,7 @@ def test_every_function_has_a_comment_and_is_locked_down(seeded):
         planner = {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"}
         assert [c for c in config if c not in planner] == ["search_path=pg_catalog, fenceq, pg_temp"], name
     assert inlined == {"_is_plain_duration", "_is_plain_fence", "_is_plain_json", "_is_plain_time", "_new_job_id",
-                       "_is_plain_json_int", "_fingerprint_of"}
+                       "_is_plain_json_int", "_fingerprint_of", "_holds_fence"}
 
 
 @pytest.mark.parametrize("name, definition", [

@@ -50,7 +50,7 @@ def test_7_to_8_keeps_work_in_flight_and_rolls_back_exactly(v7_database):
         [old] = client.claim_batch(["q"], "w-old", [old_token])
         pending = [client.submit("q", "pending", priority=p) for p in (1, 3, 2)]
 
-    assert all(check.ok for check in migrate(url))
+    apply_through(url, "0008_fenceq_v8")  # this step alone; later ones have their own tests
     with fenceq.connect(url) as client:
         assert client.version() == "8"
         assert client.recover_claim("w-old", old_token) == old, "the old token answers its claim"
@@ -80,7 +80,7 @@ def test_7_to_8_keeps_work_in_flight_and_rolls_back_exactly(v7_database):
         assert client.version() == "8"
     assert _call_rows(url) == 2
 
-    assert rollback(url, to_version=7, allow_data_loss=True) == steps_above("postgres", 7)
+    assert rollback(url, to_version=7, allow_data_loss=True) == ["0008_fenceq_v8"]
     assert schema_dump_pg(url) == v7_dump, "version 7's functions, tables and grants, exactly as the released steps made them"
     with fenceq.connect(url) as client:
         assert client.version() == "7"

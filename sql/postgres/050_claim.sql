@@ -670,7 +670,8 @@ BEGIN
                j.submission_id, fenceq._checkpoints_of(j.job_id)
           FROM unnest(v_job_ids) WITH ORDINALITY AS k(job_id, ordinal)
           JOIN fenceq._jobs AS j ON j.job_id = k.job_id
-         WHERE fenceq._is_live(j, recover_claim.owner_id, j.generation, recover_claim.claim_token, v_now)
+         WHERE fenceq._holds_fence(j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                                   recover_claim.owner_id, j.generation, recover_claim.claim_token, v_now)
          ORDER BY k.ordinal;
 END
 $$;

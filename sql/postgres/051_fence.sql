@@ -1,7 +1,7 @@
 -- fenceq for PostgreSQL, part 5: fenced writes that keep a claim going.
 --
--- What it holds: the fence itself (_is_live, and _lock_live, the preamble
--- of every fenced write but complete and heartbeat), the renewals
+-- What it holds: the fence itself (_holds_fence, the rule, and _lock_live,
+-- the preamble of the fenced writes that are not one statement), the renewals
 -- (heartbeat, heartbeat_batch with its _check_batch, checkpoint), set_pid,
 -- and the reads a worker makes under its fence (claim_state, and
 -- _checkpoints_of, which the claims also call).
@@ -15,28 +15,33 @@
 -- A fenced write locks the job row by primary key, then reads
 -- clock_timestamp(): the lease is judged on a reading taken after the lock is
 -- held, so a lock wait past expiry can never authorise a write (docs/guarantees.md §1).
--- complete and heartbeat do it in their one statement; the other fenced
--- writes call _lock_live.
+-- The rule it judges by is _holds_fence, and nothing else spells it out. The
+-- lock comes in two shapes: one job (complete, heartbeat and progress in
+-- their one statement, whose innermost SELECT locks and whose projection
+-- reads the clock; every other fenced write through _lock_live) and many
+-- jobs (complete_batch and heartbeat_batch lock their rows in job id order,
+-- then read the clock once).
 
--- _is_live: whether a locked job row is the live claim of this fence at now.
-CREATE OR REPLACE FUNCTION fenceq._is_live(
-    job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamptz)
+-- _holds_fence: the fence rule, written once (version 9). A fence
+-- (owner_id, generation, claim_token) holds a job when the job is claimed
+-- by exactly that fence and its lease ends strictly after at, the clock
+-- reading taken once the job row is locked. Every fenced write, batch or
+-- not, and the reads that answer for a live claim (claim_state,
+-- recover_claim) judge with it, in a WHERE or an IF only: for a missing
+-- row it answers NULL, which both read as false.
+-- Inlined into the caller's statement, as _is_plain_duration is (part 2):
+-- each argument is read once, so the planner substitutes them freely.
+CREATE OR REPLACE FUNCTION fenceq._holds_fence(
+    status text, owner_id text, generation bigint, claim_token text, lease_expires_at timestamptz,
+    fence_owner_id text, fence_generation bigint, fence_claim_token text, at timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE sql
 IMMUTABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, fenceq, pg_temp
-AS $$
-BEGIN
-    RETURN coalesce((_is_live.job).status = 'claimed'
-        AND (_is_live.job).owner_id = _is_live.owner_id
-        AND (_is_live.job).generation = _is_live.generation
-        AND (_is_live.job).claim_token = _is_live.claim_token
-        AND (_is_live.job).lease_expires_at > _is_live.now, false);
-END
-$$;
-COMMENT ON FUNCTION fenceq._is_live(fenceq._jobs, text, bigint, text, timestamptz) IS
-    'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
+PARALLEL SAFE
+RETURN status = 'claimed' AND owner_id = fence_owner_id AND generation = fence_generation
+   AND claim_token = fence_claim_token AND lease_expires_at > at;
+COMMENT ON FUNCTION fenceq._holds_fence(text, text, bigint, text, timestamptz, text, bigint, text, timestamptz) IS
+    'Private, inlined. The fence rule: true when the job (status, owner, generation, token, lease end) is claimed by exactly this fence and its lease ends after at.';
 
 -- _lock_live: the fenced-write preamble. Refuses a malformed fence (QF106),
 -- locks the job row by primary key, then reads clock_timestamp() and judges
@@ -57,10 +62,9 @@ BEGIN
     PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
                                 _lock_live.generation, _lock_live.claim_token);
     SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
-    -- _is_live, spelled out: this runs on every fenced write.
-    IF v_job.status = 'claimed' AND v_job.owner_id = _lock_live.owner_id
-       AND v_job.generation = _lock_live.generation AND v_job.claim_token = _lock_live.claim_token
-       AND v_job.lease_expires_at > clock_timestamp() THEN
+    IF fenceq._holds_fence(v_job.status, v_job.owner_id, v_job.generation, v_job.claim_token,
+                           v_job.lease_expires_at, _lock_live.owner_id, _lock_live.generation,
+                           _lock_live.claim_token, clock_timestamp()) THEN
         RETURN v_job;
     END IF;
     RETURN NULL;
@@ -116,9 +120,9 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET lease_expires_at = least(l.locked_at + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
       FROM locked AS l
-     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = heartbeat.owner_id
-       AND l.generation = heartbeat.generation AND l.claim_token = heartbeat.claim_token
-       AND l.lease_expires_at > l.locked_at;
+     WHERE j.job_id = l.job_id
+       AND fenceq._holds_fence(l.status, l.owner_id, l.generation, l.claim_token, l.lease_expires_at,
+                               heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token, l.locked_at);
     RETURN FOUND;
 END
 $$;
@@ -202,8 +206,8 @@ BEGIN
         -- claimed job instead, however many are in flight.
         SELECT f.i, f.j FROM fences AS f
          CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
-         WHERE j.status = 'claimed' AND j.owner_id = f.o
-           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
+         WHERE fenceq._holds_fence(j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                                   f.o, f.g, f.t, v_now)),
     renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
         UPDATE fenceq._jobs AS j
            SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
@@ -319,7 +323,9 @@ DECLARE
 BEGIN
     PERFORM fenceq._check_fence(claim_state.job_id, claim_state.owner_id, claim_state.generation, claim_state.claim_token);
     SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = claim_state.job_id;
-    IF fenceq._is_live(v_job, claim_state.owner_id, claim_state.generation, claim_state.claim_token, clock_timestamp()) THEN
+    IF fenceq._holds_fence(v_job.status, v_job.owner_id, v_job.generation, v_job.claim_token,
+                           v_job.lease_expires_at, claim_state.owner_id, claim_state.generation,
+                           claim_state.claim_token, clock_timestamp()) THEN
         RETURN QUERY SELECT v_job.cancel_requested, v_job.pid;
     END IF;
 END

@@ -54,9 +54,10 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'completed', result = complete.result, finished_at = l.locked_at
       FROM locked AS l
-     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
-       AND l.generation = complete.generation AND l.claim_token = complete.claim_token
-       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
+     WHERE j.job_id = l.job_id
+       AND fenceq._holds_fence(l.status, l.owner_id, l.generation, l.claim_token, l.lease_expires_at,
+                               complete.owner_id, complete.generation, complete.claim_token, l.locked_at)
+       AND NOT l.cancel_requested
     RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false),
               coalesce((SELECT q.history FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
          INTO v_notify_done, v_history;
@@ -134,8 +135,8 @@ BEGIN
         SELECT DISTINCT ON (f.j) f.j, f.r, f.i
           FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
          CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
-         WHERE j.status = 'claimed' AND j.owner_id = f.o
-           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+         WHERE fenceq._holds_fence(j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                                   f.o, f.g, f.t, v_now)
            AND NOT j.cancel_requested
          ORDER BY f.j, f.i),
     completed AS (

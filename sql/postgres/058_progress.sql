@@ -108,9 +108,9 @@ BEGIN
        SET progress = nullif(progress.progress, 'null'::jsonb), progress_at = l.locked_at,
            lease_expires_at = least(l.locked_at + j.lease, j.budget_expires_at)
       FROM locked AS l
-     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = progress.owner_id
-       AND l.generation = progress.generation AND l.claim_token = progress.claim_token
-       AND l.lease_expires_at > l.locked_at;
+     WHERE j.job_id = l.job_id
+       AND fenceq._holds_fence(l.status, l.owner_id, l.generation, l.claim_token, l.lease_expires_at,
+                               progress.owner_id, progress.generation, progress.claim_token, l.locked_at);
     RETURN FOUND;
 END
 $$;

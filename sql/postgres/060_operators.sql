@@ -366,7 +366,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, fenceq, pg_temp
 AS $$
 BEGIN
-    RETURN '8';
+    RETURN '9';
 END
 $$;
 COMMENT ON FUNCTION fenceq.version() IS 'The installed fenceq schema version.';

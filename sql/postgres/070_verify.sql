@@ -268,6 +268,8 @@ BEGIN
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
        AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
+                    '_holds_fence(text, text, bigint, text, timestamp with time zone, text, bigint, text, '
+                    'timestamp with time zone)',
                     '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
                     '_is_plain_time(timestamp with time zone)', '_new_job_id()',

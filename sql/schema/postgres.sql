@@ -1087,6 +1087,14 @@ ALTER FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) OWNER T
 
 COMMENT ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) IS 'Private. Lock a named lock''s row, then judge the hold on a clock read after the lock: that reading when this owner holds it live with this token, else NULL.';
 
+CREATE FUNCTION fenceq._holds_fence(status text, owner_id text, generation bigint, claim_token text, lease_expires_at timestamp with time zone, fence_owner_id text, fence_generation bigint, fence_claim_token text, at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((status = 'claimed'::text) AND (owner_id = fence_owner_id) AND (generation = fence_generation) AND (claim_token = fence_claim_token) AND (lease_expires_at > at));
+
+ALTER FUNCTION fenceq._holds_fence(status text, owner_id text, generation bigint, claim_token text, lease_expires_at timestamp with time zone, fence_owner_id text, fence_generation bigint, fence_claim_token text, at timestamp with time zone) OWNER TO fenceq_owner;
+
+COMMENT ON FUNCTION fenceq._holds_fence(status text, owner_id text, generation bigint, claim_token text, lease_expires_at timestamp with time zone, fence_owner_id text, fence_generation bigint, fence_claim_token text, at timestamp with time zone) IS 'Private, inlined. The fence rule: true when the job (status, owner, generation, token, lease end) is claimed by exactly this fence and its lease ends after at.';
+
 CREATE FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) RETURNS text[]
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
@@ -1101,23 +1109,6 @@ $$;
 ALTER FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) OWNER TO fenceq_owner;
 
 COMMENT ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) IS 'Private. The advisory lock keys of a submission: its active key, explicit job id and submission id.';
-
-CREATE FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) RETURNS boolean
-    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
-    AS $$
-BEGIN
-    RETURN coalesce((_is_live.job).status = 'claimed'
-        AND (_is_live.job).owner_id = _is_live.owner_id
-        AND (_is_live.job).generation = _is_live.generation
-        AND (_is_live.job).claim_token = _is_live.claim_token
-        AND (_is_live.job).lease_expires_at > _is_live.now, false);
-END
-$$;
-
-ALTER FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) OWNER TO fenceq_owner;
-
-COMMENT ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) IS 'Private. True when the locked row is claimed by exactly this fence and its lease is strictly after now.';
 
 CREATE FUNCTION fenceq._is_plain_duration(value interval) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1406,10 +1397,9 @@ BEGIN
     PERFORM fenceq._check_fence(_lock_live.job_id, _lock_live.owner_id,
                                 _lock_live.generation, _lock_live.claim_token);
     SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = _lock_live.job_id FOR UPDATE;
-    -- _is_live, spelled out: this runs on every fenced write.
-    IF v_job.status = 'claimed' AND v_job.owner_id = _lock_live.owner_id
-       AND v_job.generation = _lock_live.generation AND v_job.claim_token = _lock_live.claim_token
-       AND v_job.lease_expires_at > clock_timestamp() THEN
+    IF fenceq._holds_fence(v_job.status, v_job.owner_id, v_job.generation, v_job.claim_token,
+                           v_job.lease_expires_at, _lock_live.owner_id, _lock_live.generation,
+                           _lock_live.claim_token, clock_timestamp()) THEN
         RETURN v_job;
     END IF;
     RETURN NULL;
@@ -2941,7 +2931,9 @@ DECLARE
 BEGIN
     PERFORM fenceq._check_fence(claim_state.job_id, claim_state.owner_id, claim_state.generation, claim_state.claim_token);
     SELECT * INTO v_job FROM fenceq._jobs AS j WHERE j.job_id = claim_state.job_id;
-    IF fenceq._is_live(v_job, claim_state.owner_id, claim_state.generation, claim_state.claim_token, clock_timestamp()) THEN
+    IF fenceq._holds_fence(v_job.status, v_job.owner_id, v_job.generation, v_job.claim_token,
+                           v_job.lease_expires_at, claim_state.owner_id, claim_state.generation,
+                           claim_state.claim_token, clock_timestamp()) THEN
         RETURN QUERY SELECT v_job.cancel_requested, v_job.pid;
     END IF;
 END
@@ -2978,9 +2970,10 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET status = 'completed', result = complete.result, finished_at = l.locked_at
       FROM locked AS l
-     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = complete.owner_id
-       AND l.generation = complete.generation AND l.claim_token = complete.claim_token
-       AND NOT l.cancel_requested AND l.lease_expires_at > l.locked_at
+     WHERE j.job_id = l.job_id
+       AND fenceq._holds_fence(l.status, l.owner_id, l.generation, l.claim_token, l.lease_expires_at,
+                               complete.owner_id, complete.generation, complete.claim_token, l.locked_at)
+       AND NOT l.cancel_requested
     RETURNING coalesce((SELECT q.notify_done FROM fenceq._queues AS q WHERE q.queue = j.queue), false),
               coalesce((SELECT q.history FROM fenceq._queues AS q WHERE q.queue = j.queue), false)
          INTO v_notify_done, v_history;
@@ -3054,8 +3047,8 @@ BEGIN
         SELECT DISTINCT ON (f.j) f.j, f.r, f.i
           FROM fences AS f  -- one primary-key probe per fence, as in heartbeat_batch
          CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
-         WHERE j.status = 'claimed' AND j.owner_id = f.o
-           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now
+         WHERE fenceq._holds_fence(j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                                   f.o, f.g, f.t, v_now)
            AND NOT j.cancel_requested
          ORDER BY f.j, f.i),
     completed AS (
@@ -3437,9 +3430,9 @@ BEGIN
     UPDATE fenceq._jobs AS j
        SET lease_expires_at = least(l.locked_at + coalesce(heartbeat.lease, j.lease), j.budget_expires_at)
       FROM locked AS l
-     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = heartbeat.owner_id
-       AND l.generation = heartbeat.generation AND l.claim_token = heartbeat.claim_token
-       AND l.lease_expires_at > l.locked_at;
+     WHERE j.job_id = l.job_id
+       AND fenceq._holds_fence(l.status, l.owner_id, l.generation, l.claim_token, l.lease_expires_at,
+                               heartbeat.owner_id, heartbeat.generation, heartbeat.claim_token, l.locked_at);
     RETURN FOUND;
 END
 $$;
@@ -3484,8 +3477,8 @@ BEGIN
         -- claimed job instead, however many are in flight.
         SELECT f.i, f.j FROM fences AS f
          CROSS JOIN LATERAL (SELECT j.* FROM fenceq._jobs AS j WHERE j.job_id = f.j OFFSET 0) AS j
-         WHERE j.status = 'claimed' AND j.owner_id = f.o
-           AND j.generation = f.g AND j.claim_token = f.t AND j.lease_expires_at > v_now),
+         WHERE fenceq._holds_fence(j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                                   f.o, f.g, f.t, v_now)),
     renewed AS (  -- runs whether or not it is read, as every data-modifying WITH does
         UPDATE fenceq._jobs AS j
            SET lease_expires_at = least(v_now + coalesce(heartbeat_batch.lease, j.lease), j.budget_expires_at)
@@ -3619,9 +3612,9 @@ BEGIN
        SET progress = nullif(progress.progress, 'null'::jsonb), progress_at = l.locked_at,
            lease_expires_at = least(l.locked_at + j.lease, j.budget_expires_at)
       FROM locked AS l
-     WHERE j.job_id = l.job_id AND l.status = 'claimed' AND l.owner_id = progress.owner_id
-       AND l.generation = progress.generation AND l.claim_token = progress.claim_token
-       AND l.lease_expires_at > l.locked_at;
+     WHERE j.job_id = l.job_id
+       AND fenceq._holds_fence(l.status, l.owner_id, l.generation, l.claim_token, l.lease_expires_at,
+                               progress.owner_id, progress.generation, progress.claim_token, l.locked_at);
     RETURN FOUND;
 END
 $$;
@@ -3809,7 +3802,8 @@ BEGIN
                j.submission_id, fenceq._checkpoints_of(j.job_id)
           FROM unnest(v_job_ids) WITH ORDINALITY AS k(job_id, ordinal)
           JOIN fenceq._jobs AS j ON j.job_id = k.job_id
-         WHERE fenceq._is_live(j, recover_claim.owner_id, j.generation, recover_claim.claim_token, v_now)
+         WHERE fenceq._holds_fence(j.status, j.owner_id, j.generation, j.claim_token, j.lease_expires_at,
+                                   recover_claim.owner_id, j.generation, recover_claim.claim_token, v_now)
          ORDER BY k.ordinal;
 END
 $$;
@@ -5333,6 +5327,8 @@ BEGIN
       FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
      WHERE n.nspname = 'fenceq' AND NOT p.prosecdef
        AND NOT (p.proname || '(' || oidvectortypes(p.proargtypes) || ')' IN (
+                    '_holds_fence(text, text, bigint, text, timestamp with time zone, text, bigint, text, '
+                    'timestamp with time zone)',
                     '_is_plain_duration(interval)', '_is_plain_fence(text, text, bigint, text)',
                     '_is_plain_json(jsonb)', '_is_plain_json_int(jsonb, integer)',
                     '_is_plain_time(timestamp with time zone)', '_new_job_id()',
@@ -5401,7 +5397,7 @@ CREATE FUNCTION fenceq.version() RETURNS text
     SET search_path TO 'pg_catalog', 'fenceq', 'pg_temp'
     AS $$
 BEGIN
-    RETURN '8';
+    RETURN '9';
 END
 $$;
 
@@ -5885,9 +5881,9 @@ REVOKE ALL ON FUNCTION fenceq._histogram_percentile(buckets integer[], counts bi
 
 REVOKE ALL ON FUNCTION fenceq._hold_lock(lock text, owner_id text, token bigint) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._holds_fence(status text, owner_id text, generation bigint, claim_token text, lease_expires_at timestamp with time zone, fence_owner_id text, fence_generation bigint, fence_claim_token text, at timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION fenceq._is_live(job fenceq._jobs, owner_id text, generation bigint, claim_token text, now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fenceq._identity_keys(queue text, active_key text, job_id text, submission_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION fenceq._is_plain_duration(value interval) FROM PUBLIC;
 
