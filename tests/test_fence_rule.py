@@ -10,7 +10,9 @@ PostgreSQL ones check that nothing else spells the rule out and that the
 planner inlines it.
 """
 
+import re
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 
@@ -129,3 +131,20 @@ def test_the_planner_inlines_the_rule(pg):
     assert {"heartbeat", "progress", "complete", "fail", "_lock_live"} <= calls.keys(), \
         "the statistics saw the fenced writes"
     assert "_holds_fence" not in calls
+
+
+SQLITE_TEMPLATES = Path(__file__).resolve().parents[1] / "sql" / "sqlite" / "templates"
+SQLITE_JUDGES = {"acknowledge_cancel", "checkpoint", "claim_state", "complete", "complete_batch", "extend", "fail",
+                 "finalize_dispatch", "heartbeat", "heartbeat_batch", "progress", "recover_claim", "release",
+                 "release_dispatch", "replace_dispatch_ref", "reserve_dispatch", "set_pid"}
+
+
+def test_the_sqlite_fence_rule_is_one_macro():
+    """SQLite's statement files are generated from templates: the rule is
+    the holds_fence macro, which fence_decision and the files that decide in
+    their own statement call; no template compares a lease end itself."""
+    templates = {path.stem: path.read_text(encoding="utf-8") for path in SQLITE_TEMPLATES.glob("*.sql")}
+    assert {name for name, text in templates.items()
+            if re.search(r"lease_expires_at\s*>(?!=)", text)} == {"macros"}
+    assert {name for name, text in templates.items() if name != "macros"
+            and ("{{holds_fence(" in text or "{{fence_decision}}" in text)} == SQLITE_JUDGES

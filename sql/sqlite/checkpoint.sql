@@ -46,7 +46,8 @@ DELETE FROM temp.fenceq_fence;
 INSERT INTO temp.fenceq_fence (seq, now, live, cancel_requested)
 SELECT j.seq, c.now,
        coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation
-                AND j.claim_token = :claim_token AND j.lease_expires_at > c.now, 0),
+                AND j.claim_token = :claim_token AND j.lease_expires_at
+                    > c.now, 0),
        j.cancel_requested
   FROM (SELECT (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000 AS now) AS c
   LEFT JOIN fenceq__jobs AS j ON j.job_id = :job_id

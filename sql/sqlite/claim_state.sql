@@ -30,6 +30,5 @@ SELECT NULL, NULL, NULL, j.cancel_requested, j.pid
              AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
         AND typeof(:generation) = 'integer' AND :generation >= 1)
    AND coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation
-                AND j.claim_token = :claim_token
-                AND j.lease_expires_at
+                AND j.claim_token = :claim_token AND j.lease_expires_at
                     > (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000, 0);

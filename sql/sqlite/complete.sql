@@ -24,9 +24,11 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_complete_call (
 UPDATE fenceq__jobs
    SET status = 'completed', result = nullif(:result, 'null'),
        finished_at = (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
- WHERE job_id = :job_id AND status = 'claimed' AND owner_id = :owner_id AND generation = :generation
-   AND claim_token = :claim_token AND NOT cancel_requested
-   AND lease_expires_at > (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+ WHERE job_id = :job_id
+   AND fenceq__jobs.status = 'claimed' AND fenceq__jobs.owner_id = :owner_id AND fenceq__jobs.generation = :generation
+       AND fenceq__jobs.claim_token = :claim_token AND fenceq__jobs.lease_expires_at
+           > (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000
+   AND NOT cancel_requested
    AND ((typeof(:job_id) = 'text' AND length(:job_id) BETWEEN 1 AND 36
          AND instr(CAST(:job_id AS BLOB), x'00') = 0)
         AND (typeof(:owner_id) = 'text' AND length(:owner_id) BETWEEN 1 AND 255

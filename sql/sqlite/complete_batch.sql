@@ -127,7 +127,8 @@ WITH clock(now) AS MATERIALIZED (
 INSERT INTO temp.fenceq_complete_batch (i, seq, usable, now)
 SELECT f.i, j.seq,
        coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
-                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now
+                AND j.claim_token = f.claim_token AND j.lease_expires_at
+                    > clock.now
                 AND NOT j.cancel_requested, 0),
        clock.now
   FROM (SELECT e.key AS i,

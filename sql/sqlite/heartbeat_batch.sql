@@ -99,7 +99,8 @@ WITH clock(now) AS MATERIALIZED (
 INSERT INTO temp.fenceq_heartbeat_batch (i, seq, live, now)
 SELECT f.i, j.seq,
        coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
-                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now, 0),
+                AND j.claim_token = f.claim_token AND j.lease_expires_at
+                    > clock.now, 0),
        clock.now
   FROM (SELECT e.key AS i,
                max(CASE WHEN e.part = 1 THEN e.value END) AS job_id,

@@ -52,6 +52,7 @@ SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attemp
             AND instr(CAST(:owner_id AS BLOB), x'00') = 0)
        AND (typeof(:claim_token) = 'text' AND length(:claim_token) BETWEEN 1 AND 255
             AND instr(CAST(:claim_token AS BLOB), x'00') = 0)
-       AND j.status = 'claimed' AND j.owner_id = :owner_id AND j.claim_token = :claim_token
-       AND j.lease_expires_at > (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
+       AND j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = j.generation
+           AND j.claim_token = :claim_token AND j.lease_expires_at
+               > (unixepoch('now') * 1000 + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER)) * 1000)
  ORDER BY ord;

@@ -16,7 +16,4 @@ SELECT NULL, NULL, NULL, j.cancel_requested, j.pid
   FROM fenceq__jobs AS j
  WHERE j.job_id = :job_id
    AND {{well_formed_fence}}
-   AND coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation
-                AND j.claim_token = :claim_token
-                AND j.lease_expires_at
-                    > {{now}}, 0);
+   AND coalesce({{holds_fence(j, :owner_id, :generation, :claim_token, {{now}})}}, 0);

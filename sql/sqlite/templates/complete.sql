@@ -23,9 +23,9 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_complete_call (
 UPDATE fenceq__jobs
    SET status = 'completed', result = nullif(:result, 'null'),
        finished_at = {{now}}
- WHERE job_id = :job_id AND status = 'claimed' AND owner_id = :owner_id AND generation = :generation
-   AND claim_token = :claim_token AND NOT cancel_requested
-   AND lease_expires_at > {{now}}
+ WHERE job_id = :job_id
+   AND {{holds_fence(fenceq__jobs, :owner_id, :generation, :claim_token, {{now}})}}
+   AND NOT cancel_requested
    AND {{well_formed_fence}}
    AND {{optional_json(:result)}}
    AND {{optional_within_1_mib(:result)}};

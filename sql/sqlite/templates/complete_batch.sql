@@ -38,8 +38,7 @@ DELETE FROM temp.fenceq_complete_batch;
 WITH {{clock}}
 INSERT INTO temp.fenceq_complete_batch (i, seq, usable, now)
 SELECT f.i, j.seq,
-       coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
-                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now
+       coalesce({{holds_fence(j, f.owner_id, f.generation, f.claim_token, clock.now)}}
                 AND NOT j.cancel_requested, 0),
        clock.now
   FROM {{fence_arrays}}

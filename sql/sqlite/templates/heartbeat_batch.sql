@@ -25,8 +25,7 @@ DELETE FROM temp.fenceq_heartbeat_batch;
 WITH {{clock}}
 INSERT INTO temp.fenceq_heartbeat_batch (i, seq, live, now)
 SELECT f.i, j.seq,
-       coalesce(j.status = 'claimed' AND j.owner_id = f.owner_id AND j.generation = f.generation
-                AND j.claim_token = f.claim_token AND j.lease_expires_at > clock.now, 0),
+       coalesce({{holds_fence(j, f.owner_id, f.generation, f.claim_token, clock.now)}}, 0),
        clock.now
   FROM {{fence_arrays}}
   JOIN clock

@@ -188,6 +188,15 @@ INSERT INTO temp.fenceq_error (sqlstate, message)
 SELECT 'QF106', 'fenceq: the fence is malformed'
  WHERE NOT {{well_formed_fence}};
 
+-- macro: holds_fence(job, owner_id, generation, claim_token, now)
+-- The fence rule, written once (docs/guarantees.md §1; on PostgreSQL,
+-- fenceq._holds_fence): the job row $job is claimed by exactly the fence
+-- ($owner_id, $generation, $claim_token) and its lease ends after $now, the
+-- clock reading taken once the write lock is held. NULL for a missing row.
+$job.status = 'claimed' AND $job.owner_id = $owner_id AND $job.generation = $generation
+AND $job.claim_token = $claim_token AND $job.lease_expires_at
+    > $now
+
 -- macro: fence_decision
 -- temp.fenceq_fence: the job's row (seq), the clock reading the write uses
 -- (now), whether the fence is the live claim (live) and its cancel request.
@@ -198,8 +207,7 @@ DELETE FROM temp.fenceq_fence;
 -- write lock, and the same reading is used for the write below.
 INSERT INTO temp.fenceq_fence (seq, now, live, cancel_requested)
 SELECT j.seq, c.now,
-       coalesce(j.status = 'claimed' AND j.owner_id = :owner_id AND j.generation = :generation
-                AND j.claim_token = :claim_token AND j.lease_expires_at > c.now, 0),
+       coalesce({{holds_fence(j, :owner_id, :generation, :claim_token, c.now)}}, 0),
        j.cancel_requested
   FROM (SELECT {{now}} AS now) AS c
   LEFT JOIN fenceq__jobs AS j ON j.job_id = :job_id

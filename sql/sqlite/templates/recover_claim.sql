@@ -34,6 +34,5 @@ SELECT sqlstate, message, detail, job_id, queue, task, payload, priority, attemp
      WHERE c.claim_token = :claim_token
        AND {{identifier(:owner_id, 255)}}
        AND {{identifier(:claim_token, 255)}}
-       AND j.status = 'claimed' AND j.owner_id = :owner_id AND j.claim_token = :claim_token
-       AND j.lease_expires_at > {{now}})
+       AND {{holds_fence(j, :owner_id, j.generation, :claim_token, {{now}})}})
  ORDER BY ord;
