@@ -45,7 +45,8 @@ RELEASED = {
     "migrations/postgres/sql/0008_fenceq_v8.sql": "ecb1e355420dd44a481fd49d34915279475b8345937ef08e5d20496176ca3db4",
     "migrations/sqlite/0008_fenceq_v8.py": "ae655679c6dc55c0f4ad2cd550cbf4dd5f56dac3ad2ef09473642b1d84049dd4",
     "migrations/sqlite/sql/0008_fenceq_v8.sql": "c9c399937f252e3719956f69b31bb678f2f7526cf7c3d7283b6dac8e28965399",
-    "migrations/sqlite/sql/0008_fenceq_v8_rollback.sql": "0abc984589befc88f7aa230c0c5d2756e5ba1d40506442d76b3f1e63b9fe4ec0",
+    "migrations/sqlite/sql/0008_fenceq_v8_rollback.sql": "0abc984589befc88f7aa230c0c5d2756e5ba1d40506442d76b3f1e63b9fe4ec0",    "migrations/postgres/0009_fenceq_v9.py": "a136aec924f36e07a39f99808f215b0a15568c2e0d1b127d52489c2008509000",
+    "migrations/postgres/sql/0009_fenceq_v9.sql": "afffab8701a00014fdf38dc6a91dacf824cf3c862ebcc03c0ca43365ff8644b8",
 }
 
 V1_COMMIT = "8e56bfc"
