@@ -15,8 +15,10 @@ and rounds: ``heartbeat`` of every job one at a time, ``progress`` of every
 job one at a time, ``heartbeat_batch`` of every job ``--size`` at a time,
 then ``complete`` of the first half one at a time and ``complete_batch`` of
 the second half ``--size`` at a time. Every call must answer true. A
-``VACUUM`` of the jobs and a ``CHECKPOINT`` come before each phase (so each
-phase pays its own full-page writes, as production does after a checkpoint).
+``VACUUM`` and a ``CHECKPOINT`` come before each phase (so each phase pays
+its own full-page writes, as production does after a checkpoint), and
+autovacuum is off on fenceq's tables (its WAL would land in the other
+database's calls: WAL is server-wide).
 Per call: the server time (pg_stat_statements' mean_exec_time of the call's
 top-level statement, statistics of the database reset before the phase,
 tracking set to ``top`` for the session), or the client's round trip where
@@ -82,6 +84,11 @@ class Database:
             self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             # Nested statements untracked: their bookkeeping would be timed inside the calls.
             self.conn.execute("SET pg_stat_statements.track = 'top'")
+        # Each phase vacuums first; an autovacuum of one database during the
+        # other's phase would count its WAL against that phase's calls.
+        for (table,) in self.conn.execute("SELECT format('%I.%I', schemaname, tablename) FROM pg_tables"
+                                          " WHERE schemaname = 'fenceq'").fetchall():
+            self.conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
         self.version = self.conn.execute("SELECT fenceq.version()").fetchone()[0]
         self.conn.execute("SELECT fenceq.create_queue(%s)", (QUEUE,))
         self.claimed: list[Fence] = []
@@ -102,7 +109,7 @@ class Database:
 
     def phase(self, call: str, size: int) -> dict[str, float]:
         """One call's phase: server (or client) µs per call, client µs per call, WAL bytes per call."""
-        self.conn.execute("VACUUM fenceq._jobs")
+        self.conn.execute("VACUUM")
         self.conn.execute("CHECKPOINT")
         if self.statements:
             self.conn.execute("SELECT pg_stat_statements_reset(0, oid, 0) FROM pg_database"
