@@ -13,6 +13,7 @@ import asyncio
 from collections import deque
 from typing import Callable
 
+from ..validate import CheckedJSON
 from .fenced_writer import FencedWriter, Verdict
 from .settings import MAX_BATCH
 from .state import InFlight, WorkerState
@@ -27,12 +28,12 @@ class Completer:
         self._state = state
         self._writer = writer
         self._answered = answered
-        self._waiting: deque[tuple[InFlight, str | None]] = deque()  # a job and its result's JSON text
+        self._waiting: deque[tuple[InFlight, CheckedJSON | None]] = deque()  # a job and its result
         self._arrived = asyncio.Event()
 
-    def add(self, job: InFlight, result_text: str | None) -> None:
-        """Queue a job's completion (its result as checked JSON text, None for null)."""
-        self._waiting.append((job, result_text))
+    def add(self, job: InFlight, result: CheckedJSON | None) -> None:
+        """Queue a job's completion (its result checked, None for null)."""
+        self._waiting.append((job, result))
         self._arrived.set()
 
     async def run(self) -> None:
@@ -62,11 +63,11 @@ class Completer:
             for flight in flights:
                 flight.cancel()
 
-    async def _send(self, batch: list[tuple[InFlight, str | None]], on_resend: Resend) -> None:
+    async def _send(self, batch: list[tuple[InFlight, CheckedJSON | None]], on_resend: Resend) -> None:
         jobs = [job for job, _ in batch]
         try:
             verdicts: list[Verdict | BaseException] = list(
-                await self._writer.complete_batch(jobs, [text for _, text in batch], on_resend))
+                await self._writer.complete_batch(jobs, [result for _, result in batch], on_resend))
         except Exception as error:  # noqa: BLE001 - handed to each job's settle
             verdicts = [error] * len(jobs)
         for job, verdict in zip(jobs, verdicts):

@@ -122,9 +122,7 @@ class PendingProgress:
     two), so that a job does not make a lock of its own."""
 
     _lock = threading.Lock()
-
-    def __init__(self) -> None:
-        self._value: Any = NO_REPORT
+    _value: Any = NO_REPORT  # until the first report (no ``__init__``: one is made per job)
 
     def put(self, value: Any) -> None:
         with self._lock:

@@ -24,7 +24,7 @@ class Events:
     def wanted(self, level: int) -> bool:
         """Whether an event of this level reaches anyone (a listener, or the
         log): a hot path builds an event's fields only then."""
-        return bool(self.listeners) or log.isEnabledFor(level)
+        return True if self.listeners else log.isEnabledFor(level)
 
     def emit(self, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
         for listener in self.listeners:

@@ -109,7 +109,8 @@ class Executor:
         self._kinds: dict[str, tuple[Handler, bool]] = {}  # task -> its handler, and whether it is async
         self._slots = 0  # slot tasks running
         self._threads = HandlerThreads()
-        self._last_moment: tuple[datetime | None, float] = (None, 0.0)
+        # The last claim call's receipt (``_received``); NaN equals no send time.
+        self._receipt: tuple[float, datetime | None, float, float] = (float("nan"), None, 0.0, 0.0)
 
     def _is_async(self, task: str, handler: Handler | None) -> bool:
         if handler is None:
@@ -123,15 +124,14 @@ class Executor:
         """Take a claim made by a call sent at ``sent`` (monotonic): it waits
         in the buffer, its lease renewed by the heartbeater, until a slot
         frees (``fill``)."""
-        state, settings, clock = self._state, self._state.settings, self._state.clock
-        now_wall = clock.wall()
-        expires = self._timestamp(claim.lease_expires_at) if claim.lease_expires_at else now_wall
-        # Lease length: the one asked for, else the queue's as seen from the
-        # claim (conservative: measured from receipt, not from sending).
-        lease = settings.lease or max(0.05, expires - now_wall)
+        state, settings = self._state, self._state.settings
+        receipt = self._receipt
+        if sent != receipt[0] or claim.lease_expires_at != receipt[1]:
+            receipt = self._receipt = self._received(claim.lease_expires_at, sent)
+        lease = receipt[3]
         budget_deadline = float("inf")
         if claim.budget_expires_at is not None:
-            budget_deadline = sent + max(0.0, claim.budget_expires_at.timestamp() - now_wall)
+            budget_deadline = sent + max(0.0, claim.budget_expires_at.timestamp() - receipt[2])
         job = InFlight(claim=claim, lease=lease, deadline=min(sent + lease, budget_deadline),
                        budget_deadline=budget_deadline, next_heartbeat=sent + lease * settings.heartbeat_fraction,
                        is_async=False, recorded=dict(claim.checkpoints) if claim.checkpoints else {},
@@ -148,14 +148,17 @@ class Executor:
             state.heartbeat_wake.set()
         return job
 
-    def _timestamp(self, moment: datetime) -> float:
-        """``moment.timestamp()``, kept for the last moment asked: the claims
-        of one call share the end of their lease, and a zoned moment's
-        timestamp costs about a microsecond, its comparison with the same
-        zone's a twentieth of that."""
-        if moment != self._last_moment[0]:
-            self._last_moment = (moment, moment.timestamp())
-        return self._last_moment[1]
+    def _received(self, lease_expires_at: datetime | None, sent: float) -> tuple[float, datetime | None, float, float]:
+        """The receipt of a claim call's answer: when it was sent, the end of
+        its claims' lease (they share it), the wall clock read on receipt,
+        and the lease length in force: the one asked for, else the
+        queue's as seen from the claim (conservative: measured from
+        receipt, not from sending). Read once for the claims of one call:
+        a wall reading and a zoned moment's timestamp cost about a
+        microsecond each."""
+        now_wall = self._state.clock.wall()
+        expires = lease_expires_at.timestamp() if lease_expires_at else now_wall
+        return sent, lease_expires_at, now_wall, self._state.settings.lease or max(0.05, expires - now_wall)
 
     def fill(self) -> None:
         """Put free slots to work on buffered jobs (none once a stop was
@@ -176,21 +179,22 @@ class Executor:
                 if job.lost.is_set():  # lost while buffered: dropped unrun
                     state.finish(job)
                     continue
-                if state.clock.monotonic() >= job.deadline:
+                now = state.clock.monotonic()
+                if now >= job.deadline:
                     # Its lease may have lapsed (a pause, an outage): start
                     # nothing this worker cannot vouch for; give it back.
                     state.spawn(self._give_back(job))
                     continue
-                job.task = task
+                job.task, job.started = task, now
                 await self._run(job)
         finally:
             self._slots -= 1
 
     async def _run(self, job: InFlight) -> None:
+        """Run a job whose handler starts now (``job.started``)."""
         state, claim = self._state, job.claim
         handler = self._registry.handler(claim.task)
         job.is_async = self._is_async(claim.task, handler)
-        job.started = state.clock.monotonic()
         job.ctx = AsyncJobContext(job, self) if job.is_async else JobContext(job, self, self._loop)
         state.running += 1
         try:

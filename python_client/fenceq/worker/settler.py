@@ -40,10 +40,12 @@ class Settler:
         if (type(outcome) is not Completed or not self._state.settings.batch_completions
                 or job.cancelled.is_set() or job.abandoned):
             return False
-        try:
-            result = CheckedJSON(outcome.result, "result")
-        except ConfigError:
-            return False  # settle fails the job: its result is not storable
+        result = outcome.result
+        if result is not None:  # null needs no check (a no-op handler's result)
+            try:
+                result = CheckedJSON(result, "result")
+            except ConfigError:
+                return False  # settle fails the job: its result is not storable
         self.completer.add(job, result)
         return True
 
@@ -58,7 +60,7 @@ class Settler:
 
     def answered(self, job: InFlight, verdict: Verdict | BaseException) -> None:
         """A batched completion's verdict (or the error that kept it from being written)."""
-        if isinstance(verdict, Verdict) and verdict.took_effect:
+        if verdict is Verdict.ACCEPTED or verdict is Verdict.LANDED:  # took effect
             self._completed(job)
             self._state.finish(job)
         elif verdict is Verdict.REFUSED:

@@ -24,14 +24,12 @@ class Flag:
     """One condition, visible to thread handlers (threading.Event) and to
     async handlers (asyncio.Event). Set only from the worker's loop. Each
     event is made when a handler's context first asks for it (in the
-    loop), so a job pays only for the kind of handler it runs."""
+    loop), so a job pays only for the kind of handler it runs. Unset, a
+    flag's state is its class's (no ``__init__``: three flags a job)."""
 
-    __slots__ = ("_set", "_thread", "_loop")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._thread: threading.Event | None = None
-        self._loop: asyncio.Event | None = None
+    _set = False
+    _thread: threading.Event | None = None
+    _loop: asyncio.Event | None = None
 
     def set(self) -> None:
         self._set = True
@@ -60,7 +58,7 @@ class Flag:
         return self._loop
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class InFlight:
     """One claimed job while this worker holds it. Times are the clock's
     monotonic seconds."""
