@@ -3,8 +3,8 @@
 ``db`` is parametrised over the backends, so each behaviour is written once
 and runs on every engine (River's riverdrivertest style). PostgreSQL comes
 from the server `make test` starts (scripts/pg-test-server); each test gets
-a fresh database cloned by pytest-postgresql from a template that
-`fenceq migrate` installed once.
+a fresh database cloned from a template that `fenceq migrate` installed once
+(pytest-postgresql's, made at the start of the run).
 
 The PostgreSQL server is the one on $FENCEQ_TEST_PG_PORT (`make test-pg16`
 points it at a PostgreSQL 16 server). With $FENCEQ_TEST_PGBOUNCER_PORT set
@@ -18,6 +18,7 @@ suite); those and the ``pg``-fixture tests are marked ``pg_server``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import tempfile
@@ -28,6 +29,7 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 from pytest_postgresql import factories
 
 import fenceq
@@ -91,7 +93,47 @@ postgresql_noproc = factories.postgresql_noproc(
     host="127.0.0.1", port=PG_PORT, user="postgres",
     # Per test run, so that concurrent runs against one server never collide.
     dbname=f"fenceq_test_{os.getpid()}", load=[install_fenceq])
-postgresql = factories.postgresql("postgresql_noproc")
+
+
+class Clones:
+    """Each test's database, cloned from the template and dropped after it
+    over one connection kept for the run (pytest-postgresql's own fixture
+    opens four connections per test: more time than the clone itself when
+    the server's files are in memory)."""
+
+    def __init__(self, template: str):
+        self.template, self.names, self.conn = template, itertools.count(1), None
+
+    def execute(self, statement: sql.Composable) -> None:
+        if self.conn is None or self.conn.broken:
+            self.conn = psycopg.connect(pg_url("postgres"), autocommit=True)
+        self.conn.execute(statement)
+
+    @contextlib.contextmanager
+    def clone(self) -> Iterator[str]:
+        name = f"{self.template}_{next(self.names)}"
+        self.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(self.template)))
+        try:
+            yield name
+        finally:
+            # FORCE: a worker process the test left connected is cut off.
+            self.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def pg_clones(postgresql_noproc) -> Iterator[Clones]:
+    clones = Clones(postgresql_noproc.template_dbname)
+    yield clones
+    if clones.conn is not None:
+        clones.conn.close()
+
+
+@pytest.fixture
+def pg_database(pg_clones: Clones) -> Iterator[str]:
+    """The name of a fresh PostgreSQL database for this test."""
+    with pg_clones.clone() as name:
+        yield name
 
 
 @dataclass
@@ -127,8 +169,7 @@ class Database:
 @pytest.fixture(params=BACKENDS)
 def db(request: pytest.FixtureRequest) -> Iterator[Database]:
     if request.param == "postgres":
-        conn = request.getfixturevalue("postgresql")
-        yield Database("postgres", pg_url(conn.info.dbname, CLIENT_PG_PORT))
+        yield Database("postgres", pg_url(request.getfixturevalue("pg_database"), CLIENT_PG_PORT))
     elif request.param == "sqlite":
         yield sqlite_database(request.getfixturevalue("tmp_path"))
     else:  # pragma: no cover - other backends register here
@@ -160,9 +201,9 @@ def sqlite_db(tmp_path: Path) -> Database:
 
 
 @pytest.fixture
-def pg(postgresql: psycopg.Connection) -> Database:
+def pg(pg_database: str) -> Database:
     """A PostgreSQL-only database, for tests of PostgreSQL-specific behaviour."""
-    return Database("postgres", pg_url(postgresql.info.dbname))
+    return Database("postgres", pg_url(pg_database))
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ it can answer an occurrence before that instant). Those rules are tested
 with explicit cases in Europe/Berlin, America/New_York and
 Australia/Lord_Howe (whose clocks move by 30 minutes) below; the comparison
 with cronsim is made only where the zone's offset is the same from a day
-before the instant to a day after both answers.
+before the instant to a day after fenceq's answer (a disagreement there
+fails all the same; cronsim is not asked across a transition, where its
+search can go on forever).
 """
 
 from __future__ import annotations
@@ -298,13 +300,15 @@ def test_python_agrees_with_cronsim_where_daylight_saving_plays_no_part(case):
             CronSim(expression, at)
         return
     following, latest = cron.next_after(parsed, tz, at), cron.latest_at_or_before(parsed, tz, at)
-    expected_following, expected_latest = _cronsim(expression, at, tz, False), _cronsim(expression, at, tz, True)
-    note(f"fenceq {following} {latest}; cronsim {expected_following} {expected_latest}")
+    note(f"fenceq {following} {latest}")
+    # cronsim searches only where the offset is steady up to fenceq's answer:
+    # across some transitions (America/St_Johns' at 00:01, before 2011) its
+    # search never ends, and it hung the suite.
     compared = 0
-    if _steady(tz, at, max(following, expected_following)):
-        assert following == expected_following
+    if _steady(tz, at, following):
+        assert following == _cronsim(expression, at, tz, False)
         compared += 1
-    if _steady(tz, min(latest, expected_latest), at):
-        assert latest == expected_latest
+    if _steady(tz, latest, at):
+        assert latest == _cronsim(expression, at, tz, True)
         compared += 1
     assume(compared)
