@@ -329,9 +329,10 @@ def complete_batch(fences, results=None) -> Op:
         values = v.sequence(results, "results")
         if len(values) != len(arrays[0][2]):
             raise config_error("QF100", "results must have one element per fence")
-        texts = [None if t == "null" else t for t in (v.json_value(r, "result") for r in values)]
-        if not any(texts):  # every result null: as no results (the argument's default)
-            texts = None
+        if any(r is not None for r in values):  # else every result null: as no results (the default)
+            texts = [None if t == "null" else t for t in (v.json_value(r, "result") for r in values)]
+            if not any(texts):
+                texts = None
     return Op("complete_batch", _args(*arrays, ("results", "jsonb[]", texts), optional=("results",)),
               Shape.SCALAR, list[bool])
 

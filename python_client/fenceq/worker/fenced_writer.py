@@ -146,8 +146,6 @@ class FencedWriter:
     async def complete_batch(self, jobs: Sequence[InFlight], results: Sequence[Any],
                              on_resend: Callable[[], None] | None = None) -> list[Verdict]:
         fences, checked = [j.fence for j in jobs], list(results)
-        if checked.count(None) == len(checked):
-            checked = None  # every result null: the call's default, with no result to check per job
         delivery = await self.send(None, "complete_batch", lambda c: c.complete_batch(fences, checked),
                                    on_resend=on_resend)
         if delivery is None:
